@@ -1,0 +1,207 @@
+"""Configurations: the model (TransformerConfig and its presets), training and decoding.
+
+Defaults are the paper's (Vaswani et al., 2017, Table 3 and sections 5-6). Every deviation from the
+paper is a named field, documented where it is defined. Variants come from `dataclasses.replace`:
+
+    base = TransformerConfig.from_preset("base")
+    row_b = dataclasses.replace(base, d_k=16)          # Table 3 row (B)
+    row_e = dataclasses.replace(base, positional="learned")  # Table 3 row (E)
+"""
+import dataclasses
+import json
+from typing import Optional
+
+# Special token ids, fixed across the project (the SentencePiece model is trained with these ids).
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+NUM_SPECIAL_TOKENS = 4
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+
+def _require(condition, message):
+    if not condition:
+        raise ValueError(message)
+
+
+class _JsonMixin:
+    """Configs are written as JSON next to checkpoints and exports, and read back from there."""
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values):
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        _require(not unknown, f"{cls.__name__}: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text):
+        return cls.from_dict(json.loads(text))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig(_JsonMixin):
+    """The model's hyper-parameters, named as in the paper (section 3, Table 3).
+
+    Fields:
+      vocab_size: V, the shared source-target vocabulary (37,000 BPE tokens for WMT14 EN-DE).
+      num_layers: N, layers in each of the encoder and decoder stacks.
+      d_model: width of every sub-layer output and of the embeddings.
+      d_ff: inner width of the position-wise feed-forward network.
+      num_heads: h, attention heads.
+      d_k, d_v: per-head key/query and value widths; None means d_model / h (the paper's choice;
+        Table 3 rows (A) and (B) set them explicitly).
+      dropout_rate: P_drop, applied to each sub-layer output before the residual add and to the sum
+        of embeddings and positional encodings.
+      label_smoothing: eps_ls.
+      max_length: the longest sequence (positions) the model accepts.
+      layer_norm_epsilon: epsilon of every LayerNorm (the paper does not state it; 1e-6 as in the
+        authors' tensor2tensor code).
+
+    Deviations from the paper, off by default:
+      positional: "sinusoidal" (the paper) or "learned" (Table 3 row (E)).
+      norm_first: pre-norm, x + Sublayer(LayerNorm(x)), with a final LayerNorm on each stack; the
+        paper uses post-norm, LayerNorm(x + Sublayer(x)).
+      tie_embeddings: True shares one matrix between the source embedding, the target embedding
+        and the pre-softmax projection (the paper, section 3.4); False gives each its own.
+      attention_dropout_rate: dropout on the attention weights (the paper has none).
+      relu_dropout_rate: dropout after the ReLU of the feed-forward network (the paper has none).
+    """
+
+    vocab_size: int = 37000
+    num_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    d_k: Optional[int] = None
+    d_v: Optional[int] = None
+    dropout_rate: float = 0.1
+    label_smoothing: float = 0.1
+    max_length: int = 1024
+    layer_norm_epsilon: float = 1e-6
+    positional: str = "sinusoidal"
+    norm_first: bool = False
+    tie_embeddings: bool = True
+    attention_dropout_rate: float = 0.0
+    relu_dropout_rate: float = 0.0
+
+    def __post_init__(self):
+        for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value > 0,
+                     f"TransformerConfig.{name} must be a positive integer; got {value!r}")
+        _require(self.vocab_size > NUM_SPECIAL_TOKENS,
+                 f"TransformerConfig.vocab_size={self.vocab_size} leaves no room for real tokens: it must "
+                 f"be larger than the {NUM_SPECIAL_TOKENS} special tokens (pad, unk, bos, eos)")
+        if self.d_k is None or self.d_v is None:
+            _require(self.d_model % self.num_heads == 0,
+                     f"TransformerConfig: d_model={self.d_model} is not divisible by num_heads="
+                     f"{self.num_heads}; choose divisible values or set d_k and d_v explicitly")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            _require(value is None or (isinstance(value, int) and value > 0),
+                     f"TransformerConfig.{name} must be None or a positive integer; got {value!r}")
+        for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate"):
+            value = getattr(self, name)
+            _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
+        _require(self.positional in POSITIONAL_KINDS,
+                 f"TransformerConfig.positional must be one of {POSITIONAL_KINDS}; got {self.positional!r}")
+
+    @property
+    def key_dim(self):
+        """d_k, resolved."""
+        return self.d_k if self.d_k is not None else self.d_model // self.num_heads
+
+    @property
+    def value_dim(self):
+        """d_v, resolved."""
+        return self.d_v if self.d_v is not None else self.d_model // self.num_heads
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        """A preset (`tiny`, `base`, `big`) with some fields replaced."""
+        _require(name in PRESETS, f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+
+PRESETS = {
+    # Table 3, first row, and "Transformer (big)".
+    "base": TransformerConfig(),
+    "big": TransformerConfig(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3),
+    # Small enough to train in seconds on a CPU: for tests and the offline quick start.
+    "tiny": TransformerConfig(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4,
+                              max_length=256),
+}
+
+# Table 3 of the paper: each row's changes from base, and the paper's parameter count (millions;
+# None where the paper prints none). The README's table and tests/test_config.py are built from it.
+TABLE3_ROWS = {
+    "base": ({}, 65),
+    "A: h=1": (dict(num_heads=1, d_k=512, d_v=512), None),
+    "A: h=4": (dict(num_heads=4, d_k=128, d_v=128), None),
+    "A: h=16": (dict(num_heads=16, d_k=32, d_v=32), None),
+    "A: h=32": (dict(num_heads=32, d_k=16, d_v=16), None),
+    "B: d_k=16": (dict(d_k=16), 58),
+    "B: d_k=32": (dict(d_k=32), 60),
+    "C: N=2": (dict(num_layers=2), 36),
+    "C: N=4": (dict(num_layers=4), 50),
+    "C: N=8": (dict(num_layers=8), 80),
+    "C: d_model=256": (dict(d_model=256, d_k=32, d_v=32), 28),
+    "C: d_model=1024": (dict(d_model=1024, d_k=128, d_v=128), 168),
+    "C: d_ff=1024": (dict(d_ff=1024), 53),
+    "C: d_ff=4096": (dict(d_ff=4096), 90),
+    "D: P_drop=0.0": (dict(dropout_rate=0.0), None),
+    "D: P_drop=0.2": (dict(dropout_rate=0.2), None),
+    "D: eps_ls=0.0": (dict(label_smoothing=0.0), None),
+    "D: eps_ls=0.2": (dict(label_smoothing=0.2), None),
+    "E: learned positions": (dict(positional="learned"), None),
+    "big": (dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3), 213),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(_JsonMixin):
+    """Training settings (section 5): Adam with the paper's betas and the warm-up schedule."""
+
+    train_steps: int = 100_000
+    warmup_steps: int = 4000
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    tokens_per_batch: int = 25_000
+    checkpoints_to_average: int = 5
+
+    def __post_init__(self):
+        for name in ("train_steps", "warmup_steps", "tokens_per_batch", "checkpoints_to_average"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value > 0,
+                     f"TrainConfig.{name} must be a positive integer; got {value!r}")
+
+
+TRAIN_PRESETS = {
+    "base": TrainConfig(),
+    "big": TrainConfig(train_steps=300_000, checkpoints_to_average=20),
+    "tiny": TrainConfig(train_steps=2000, warmup_steps=400, tokens_per_batch=4096, checkpoints_to_average=3),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig(_JsonMixin):
+    """Decoding settings (section 6.1): beam 4, length penalty alpha 0.6, max length input + 50."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+    def __post_init__(self):
+        _require(isinstance(self.beam_size, int) and self.beam_size >= 1,
+                 f"DecodeConfig.beam_size must be an integer >= 1; got {self.beam_size!r}")
+        _require(self.alpha >= 0, f"DecodeConfig.alpha must be >= 0; got {self.alpha!r}")
+        _require(self.extra_length >= 1, f"DecodeConfig.extra_length must be >= 1; got {self.extra_length!r}")

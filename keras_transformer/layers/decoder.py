@@ -1,0 +1,125 @@
+"""The decoder layer and stack (section 3.1), with incremental decoding through a key/value cache."""
+import keras
+
+from keras_transformer.layers.encoder import _LayerArgs, _Stack
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(_LayerArgs, keras.layers.Layer):
+    """One decoder layer: masked self-attention, encoder-decoder attention, then the feed-forward
+    network, each in a residual connection with dropout and layer normalization (section 3.1).
+
+    Args: as EncoderLayer.
+
+    Call arguments:
+      x: (B, T, D), the embedded target so far.
+      memory: (B, S, D), the encoder output.
+      self_attention_mask: boolean (B, T, T), causal and target padding (masking.self_attention_mask).
+      cross_attention_mask: boolean (B, S) or (B, 1, S), True at real source tokens.
+      training: enables dropout.
+      return_attention_scores: also return the encoder-decoder attention weights (B, H, T, S).
+    Returns (B, T, D).
+
+    Incremental decoding (`call_cached`) feeds one position at a time; it gives the same outputs as
+    a full pass with a causal mask.
+    """
+
+    def __init__(self, num_heads, key_dim, value_dim, d_ff, dropout_rate=0.1, attention_dropout_rate=0.0,
+                 relu_dropout_rate=0.0, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self._set_layer_args(num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
+                             relu_dropout_rate, norm_first, layer_norm_epsilon)
+        self.self_attention = self._attention("self_attention")
+        self.cross_attention = self._attention("cross_attention", cross_attention=True)
+        self.feed_forward = self._feed_forward()
+        self.self_attention_residual = self._sublayer_connection("self_attention_residual")
+        self.cross_attention_residual = self._sublayer_connection("cross_attention_residual")
+        self.feed_forward_residual = self._sublayer_connection("feed_forward_residual")
+
+    def build(self, input_shape):
+        for layer in (self.self_attention, self.cross_attention, self.feed_forward,
+                      self.self_attention_residual, self.cross_attention_residual, self.feed_forward_residual):
+            layer.build(input_shape)
+        super().build(input_shape)
+
+    def call(self, x, memory, self_attention_mask=None, cross_attention_mask=None, training=None,
+             return_attention_scores=False):
+        x = self.self_attention_residual(
+            x, sublayer=lambda y: self.self_attention(y, attention_mask=self_attention_mask, training=training),
+            training=training)
+        scores = []
+
+        def cross(y):
+            output, weights = self.cross_attention(y, memory, attention_mask=cross_attention_mask,
+                                                   training=training, return_attention_scores=True)
+            scores.append(weights)
+            return output
+
+        x = self.cross_attention_residual(x, sublayer=cross, training=training)
+        x = self.feed_forward_residual(x, sublayer=lambda y: self.feed_forward(y, training=training),
+                                       training=training)
+        return (x, scores[0]) if return_attention_scores else x
+
+    def call_cached(self, x, memory_key_value, memory_bias, cache, step, beam_size=1):
+        """One new position: x (B*W, 1, D) at position `step`.
+
+        memory_key_value: (key (B, H, S, K), value (B, H, S, V)) from
+          `cross_attention.project_memory`, once per sentence for its W hypotheses.
+        memory_bias: (B, 1, 1, S) additive bias from the source padding mask.
+        cache: this layer's self-attention cache (MultiHeadAttention.initial_cache).
+        Returns (B*W, 1, D) and the updated cache. No dropout: decoding is inference.
+        """
+        new_cache = {}
+
+        def self_attend(y):
+            output, new_cache["self"] = self.self_attention.call_cached(y, cache, step)
+            return output
+
+        x = self.self_attention_residual(x, sublayer=self_attend)
+        x = self.cross_attention_residual(
+            x, sublayer=lambda y: self.cross_attention.call_with_memory(y, *memory_key_value, memory_bias,
+                                                                        beam_size))
+        x = self.feed_forward_residual(x, sublayer=self.feed_forward)
+        return x, new_cache["self"]
+
+    def get_config(self):
+        return {**super().get_config(), **self._layer_args()}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(_Stack):
+    """The decoder stack: N decoder layers (section 3.1), and a final LayerNorm when pre-norm.
+
+    Args: num_layers (N), and the DecoderLayer arguments.
+    Call arguments: x (B, T, D), the embedded target input; memory (B, S, D);
+      self_attention_mask (B, T, T); cross_attention_mask (B, S) or (B, 1, S); training;
+      return_attention_scores: also return the last layer's encoder-decoder weights (B, H, T, S).
+    Returns (B, T, D).
+    """
+
+    layer_class = DecoderLayer
+
+    def call(self, x, memory, self_attention_mask=None, cross_attention_mask=None, training=None,
+             return_attention_scores=False):
+        scores = None
+        for layer in self.stack:
+            x, scores = layer(x, memory, self_attention_mask, cross_attention_mask, training=training,
+                              return_attention_scores=True)
+        x = self._final(x)
+        return (x, scores) if return_attention_scores else x
+
+    def project_memory(self, memory):
+        """Each layer's encoder-decoder keys and values, computed once per sentence."""
+        return [layer.cross_attention.project_memory(memory) for layer in self.stack]
+
+    def initial_cache(self, batch_size, cache_length, dtype):
+        """Zero self-attention caches for `call_cached`, one per layer, each tensor (N, H, L, K)."""
+        return [layer.self_attention.initial_cache(batch_size, cache_length, dtype) for layer in self.stack]
+
+    def call_cached(self, x, memory_key_values, memory_bias, cache, step, beam_size=1):
+        """x (B*W, 1, D) at position `step` -> (B*W, 1, D) and the new cache (see DecoderLayer.call_cached)."""
+        new_cache = []
+        for layer, key_value, layer_cache in zip(self.stack, memory_key_values, cache):
+            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size)
+            new_cache.append(layer_cache)
+        return self._final(x), new_cache

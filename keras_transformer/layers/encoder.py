@@ -1,0 +1,153 @@
+"""The encoder layer and stack (section 3.1)."""
+import keras
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+class SublayerConnection(keras.layers.Layer):
+    """The residual wrapper of every sub-layer (section 5.4, "Residual Dropout").
+
+    Post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+    Pre-norm (`norm_first=True`, an option): x + Dropout(Sublayer(LayerNorm(x))).
+    Not serialized on its own: the encoder and decoder layers own and configure it.
+    """
+
+    def __init__(self, dropout_rate, norm_first, layer_norm_epsilon, **kwargs):
+        super().__init__(**kwargs)
+        self.norm_first = norm_first
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="layer_norm")
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+
+    def build(self, input_shape):
+        self.layer_norm.build(input_shape)
+        self.dropout.build(input_shape)
+        super().build(input_shape)
+
+    def call(self, x, sublayer, training=None):
+        """x (B, T, D); sublayer: a function (B, T, D) -> (B, T, D)."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.layer_norm(x)), training=training)
+        return self.layer_norm(x + self.dropout(sublayer(x), training=training))
+
+
+class _LayerArgs:
+    """The constructor arguments every encoder/decoder layer and stack shares."""
+
+    def _set_layer_args(self, num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
+                        relu_dropout_rate, norm_first, layer_norm_epsilon):
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.d_ff = d_ff
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.relu_dropout_rate = relu_dropout_rate
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def _layer_args(self):
+        return {"num_heads": self.num_heads, "key_dim": self.key_dim, "value_dim": self.value_dim,
+                "d_ff": self.d_ff, "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "relu_dropout_rate": self.relu_dropout_rate, "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon}
+
+    def _sublayer_connection(self, name):
+        return SublayerConnection(self.dropout_rate, self.norm_first, self.layer_norm_epsilon, name=name)
+
+    def _attention(self, name, cross_attention=False):
+        return MultiHeadAttention(self.num_heads, self.key_dim, self.value_dim, self.attention_dropout_rate,
+                                  cross_attention=cross_attention, name=name)
+
+    def _feed_forward(self):
+        return PositionwiseFeedForward(self.d_ff, self.relu_dropout_rate, name="feed_forward")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(_LayerArgs, keras.layers.Layer):
+    """One encoder layer: self-attention, then the feed-forward network, each in a residual
+    connection with dropout and layer normalization (section 3.1).
+
+    Args: num_heads (h), key_dim (d_k), value_dim (d_v), d_ff, dropout_rate (P_drop),
+      attention_dropout_rate, relu_dropout_rate, norm_first, layer_norm_epsilon (see TransformerConfig).
+
+    Call arguments:
+      x: (B, S, D).
+      attention_mask: boolean (B, S) or (B, 1, S), True at real source tokens.
+      training: enables dropout.
+    Returns (B, S, D).
+    """
+
+    def __init__(self, num_heads, key_dim, value_dim, d_ff, dropout_rate=0.1, attention_dropout_rate=0.0,
+                 relu_dropout_rate=0.0, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self._set_layer_args(num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
+                             relu_dropout_rate, norm_first, layer_norm_epsilon)
+        self.self_attention = self._attention("self_attention")
+        self.feed_forward = self._feed_forward()
+        self.self_attention_residual = self._sublayer_connection("self_attention_residual")
+        self.feed_forward_residual = self._sublayer_connection("feed_forward_residual")
+
+    def build(self, input_shape):
+        for layer in (self.self_attention, self.feed_forward, self.self_attention_residual,
+                      self.feed_forward_residual):
+            layer.build(input_shape)
+        super().build(input_shape)
+
+    def call(self, x, attention_mask=None, training=None):
+        x = self.self_attention_residual(
+            x, sublayer=lambda y: self.self_attention(y, attention_mask=attention_mask, training=training),
+            training=training)
+        return self.feed_forward_residual(x, sublayer=lambda y: self.feed_forward(y, training=training),
+                                          training=training)
+
+    def get_config(self):
+        return {**super().get_config(), **self._layer_args()}
+
+
+class _Stack(_LayerArgs, keras.layers.Layer):
+    """N identical layers of `layer_class`, and a final LayerNorm when pre-norm."""
+
+    layer_class = None
+
+    def __init__(self, num_layers, num_heads, key_dim, value_dim, d_ff, dropout_rate=0.1,
+                 attention_dropout_rate=0.0, relu_dropout_rate=0.0, norm_first=False, layer_norm_epsilon=1e-6,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+        self._set_layer_args(num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
+                             relu_dropout_rate, norm_first, layer_norm_epsilon)
+        self.stack = [self.layer_class(**self._layer_args(), name=f"layer_{i}") for i in range(num_layers)]
+        self.final_norm = (keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm")
+                           if norm_first else None)
+
+    def build(self, input_shape):
+        for layer in self.stack:
+            layer.build(input_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(input_shape)
+        super().build(input_shape)
+
+    def _final(self, x):
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, **self._layer_args()}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(_Stack):
+    """The encoder stack: N encoder layers (section 3.1), and a final LayerNorm when pre-norm.
+
+    Args: num_layers (N), and the EncoderLayer arguments.
+    Call arguments: x (B, S, D), the embedded source; attention_mask (B, S) or (B, 1, S); training.
+    Returns the memory (B, S, D) that the decoder attends to.
+    """
+
+    layer_class = EncoderLayer
+
+    def call(self, x, attention_mask=None, training=None):
+        for layer in self.stack:
+            x = layer(x, attention_mask=attention_mask, training=training)
+        return self._final(x)

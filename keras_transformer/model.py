@@ -1,0 +1,171 @@
+"""The Transformer (Vaswani et al., 2017) as a subclassed keras.Model: encode, decode and call."""
+import keras
+import tensorflow as tf
+
+from keras_transformer import masking
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.embedding import TokenEmbedding
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
+from keras_transformer.schedule import paper_optimizer
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """The encoder-decoder Transformer of section 3 (Figure 1).
+
+    Args:
+      config: a TransformerConfig (or its dict).
+
+    Call arguments:
+      inputs: (source_ids (B, S), target_input_ids (B, T)), int token ids, 0 being padding.
+        target_input_ids is the target shifted right (BOS first).
+      training: enables dropout.
+    Returns float32 logits (B, T, V) for the next target token at every position.
+
+    `compile()` with no arguments uses the paper's recipe: Adam (0.9, 0.98, 1e-9) on the warm-up
+    schedule, label-smoothed cross-entropy normalized by the real target tokens of the whole global
+    batch (also under a distribution strategy), token accuracy and perplexity.
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
+        c = self.config
+        layer_args = dict(num_layers=c.num_layers, num_heads=c.num_heads, key_dim=c.key_dim,
+                          value_dim=c.value_dim, d_ff=c.d_ff, dropout_rate=c.dropout_rate,
+                          attention_dropout_rate=c.attention_dropout_rate, relu_dropout_rate=c.relu_dropout_rate,
+                          norm_first=c.norm_first, layer_norm_epsilon=c.layer_norm_epsilon)
+        if c.tie_embeddings:
+            shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
+            self.source_embedding = self.target_embedding = self.output_embedding = shared
+        else:
+            self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
+            self.target_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="target_embedding")
+            self.output_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="output_projection")
+        positional = SinusoidalPositionalEncoding if c.positional == "sinusoidal" else LearnedPositionalEmbedding
+        self.source_positional = positional(c.max_length, name="source_positional")
+        self.target_positional = positional(c.max_length, name="target_positional")
+        self.source_dropout = keras.layers.Dropout(c.dropout_rate, name="source_dropout")
+        self.target_dropout = keras.layers.Dropout(c.dropout_rate, name="target_dropout")
+        self.encoder = Encoder(**layer_args, name="encoder")
+        self.decoder = Decoder(**layer_args, name="decoder")
+
+    @classmethod
+    def from_preset(cls, name, **field_overrides):
+        """A built model of preset `name` (tiny, base, big), with some config fields replaced."""
+        model = cls(TransformerConfig.from_preset(name, **field_overrides))
+        model.build()
+        return model
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        ids = tf.ones((1, 1), tf.int32)
+        self.call((ids, ids), training=False)  # creates every weight of every sub-layer
+        super().build(input_shape)
+
+    def encode(self, source_ids, training=False):
+        """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S)."""
+        source_padding_mask = masking.padding_mask(source_ids)
+        x = self.source_positional(self.source_embedding(source_ids))
+        x = self.source_dropout(x, training=training)
+        memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
+                              training=training)
+        return memory, source_padding_mask
+
+    def decode(self, target_input_ids, memory, source_padding_mask, training=False,
+               return_attention_scores=False):
+        """target_input_ids (B, T), memory (B, S, D), source_padding_mask (B, S) -> logits (B, T, V).
+
+        With return_attention_scores, also the last decoder layer's encoder-decoder attention
+        weights (B, H, T, S).
+        """
+        x = self.target_positional(self.target_embedding(target_input_ids))
+        x = self.target_dropout(x, training=training)
+        x, scores = self.decoder(x, memory, masking.self_attention_mask(target_input_ids),
+                                 masking.cross_attention_mask(source_padding_mask), training=training,
+                                 return_attention_scores=True)
+        logits = self.output_embedding.logits(x)
+        return (logits, scores) if return_attention_scores else logits
+
+    def call(self, inputs, training=None):
+        source_ids, target_input_ids = inputs
+        memory, source_padding_mask = self.encode(source_ids, training=training)
+        return self.decode(target_input_ids, memory, source_padding_mask, training=training)
+
+    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None):
+        """Everything keras_transformer.decoding needs to translate `source_ids` (B, S).
+
+        Encodes once, computes every decoder layer's encoder-decoder keys and values once per
+        sentence, and returns (step_fn, initial_cache): step_fn(ids (B*W,), step, cache) ->
+        (logits (B*W, V) float32, cache) feeds one target position of W hypotheses per sentence
+        (batch-major) through the cached decoder. cache_length (L) is the most positions it will
+        be fed (default: the config's max_length).
+        """
+        cache_length = cache_length if cache_length is not None else self.config.max_length
+        memory, source_padding_mask = self.encode(source_ids, training=False)
+        memory_key_values = self.decoder.project_memory(memory)
+        memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)
+        batch_size = tf.shape(source_ids)[0]
+        initial_cache = self.decoder.initial_cache(batch_size * beam_size, cache_length, memory.dtype)
+
+        def step_fn(ids, step, cache):
+            x = self.target_positional(self.target_embedding(ids[:, None]), start=step)  # (B*W, 1, D)
+            x, cache = self.decoder.call_cached(x, memory_key_values, memory_bias, cache, step, beam_size)
+            return self.output_embedding.logits(x)[:, 0, :], cache
+
+        return step_fn, initial_cache
+
+    # Training: the loss is divided by the real target tokens of the global batch.
+
+    def compile(self, optimizer=None, loss=None, metrics=None, **kwargs):
+        """keras.Model.compile, with the paper's optimizer, loss and metrics where none is given."""
+        optimizer = optimizer if optimizer is not None else paper_optimizer(self.config.d_model)
+        loss = loss if loss is not None else LabelSmoothedCrossEntropy(self.config.label_smoothing)
+        metrics = metrics if metrics is not None else [MaskedTokenAccuracy(), Perplexity()]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def _token_normalized_loss(self, y, logits):
+        """This replica's share of the global-batch loss: its token-loss sum / all replicas' tokens.
+
+        Keras sums the replicas' gradients, so the shares add up to the loss of the whole batch.
+        """
+        total, count, _ = self.loss.sum_and_count(y, logits)
+        global_count = count
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
+            global_count = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        self._loss_tracker.update_state(total / tf.maximum(count, 1.0), sample_weight=count)
+        return total / tf.maximum(global_count, 1.0)
+
+    def train_step(self, data):
+        if not hasattr(self.loss, "sum_and_count"):
+            return super().train_step(data)
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            loss = self._token_normalized_loss(y, logits)
+            scaled_loss = self.optimizer.scale_loss(loss)
+        gradients = tape.gradient(scaled_loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
+        return self.compute_metrics(x, y, logits)
+
+    def test_step(self, data):
+        if not hasattr(self.loss, "sum_and_count"):
+            return super().test_step(data)
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        logits = self(x, training=False)
+        self._token_normalized_loss(y, logits)
+        return self.compute_metrics(x, y, logits)
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
