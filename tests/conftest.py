@@ -1,0 +1,25 @@
+"""Session-wide TensorFlow set-up for the tests.
+
+Eight logical CPU devices exist for the whole session, so that tests can compare a MirroredStrategy
+over 8 replicas with one device; they must be declared before TensorFlow runs its first op.
+"""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+NUM_LOGICAL_CPUS = 8
+
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test starts from the same random state and the default dtype policy."""
+    keras.utils.set_random_seed(1234)
+    keras.config.set_dtype_policy("float32")
+    yield
