@@ -1,0 +1,160 @@
+"""Local parallel files: reading, bad-input errors (file and line), empty lines, specs, get_corpus."""
+import pytest
+
+from keras_transformer.data.corpora import CorpusFormatError, LocalParallelCorpus
+from keras_transformer.data.factory import get_corpus, parse_local_spec, require_shared_data
+from keras_transformer.data.numbers_corpus import NumbersCorpus
+from keras_transformer.data.tfds_corpus import TfdsTranslationCorpus
+from tests.data.conftest import write_text
+
+
+def test_aligned_files_give_pairs_in_order(tmp_path):
+    source = write_text(tmp_path / "train.en", ["a dog", "two cats"])
+    target = write_text(tmp_path / "train.de", ["ein Hund", "zwei Katzen"], newline="\r\n")
+    corpus = LocalParallelCorpus({"train": (source, target)})
+    assert list(corpus.pairs("train")) == [("a dog", "ein Hund"), ("two cats", "zwei Katzen")]
+    assert corpus.skipped_empty == {"train": 0}
+    source_tensors, target_tensors = next(iter(corpus.dataset("train")))
+    assert (source_tensors.numpy().decode(), target_tensors.numpy().decode()) == ("a dog", "ein Hund")
+
+
+def test_reverse_swaps_sides_and_languages(tmp_path):
+    tsv = write_text(tmp_path / "train.tsv", ["hello\thallo"])
+    corpus = LocalParallelCorpus({"train": tsv}, reverse=True)
+    assert list(corpus.pairs("train")) == [("hallo", "hello")]
+    assert (corpus.source_language, corpus.target_language) == ("de", "en")
+
+
+def test_different_line_counts_name_both_files_and_the_line(tmp_path):
+    source = write_text(tmp_path / "train.en", ["one", "two", "three"])
+    target = write_text(tmp_path / "train.de", ["eins", "zwei"])
+    corpus = LocalParallelCorpus({"train": (source, target)})
+    with pytest.raises(CorpusFormatError) as error:
+        list(corpus.pairs("train"))
+    message = str(error.value)
+    assert str(source) in message and str(target) in message
+    assert "3 lines" in message and "2" in message and "line 3" in message
+
+
+def test_tsv_line_without_exactly_one_tab_names_file_line_and_value(tmp_path):
+    tsv = write_text(tmp_path / "train.tsv", ["a\tb", "no tab here", "c\td"])
+    with pytest.raises(CorpusFormatError, match=rf"{tsv}:2: expected exactly one tab.*'no tab here'"):
+        list(LocalParallelCorpus({"train": tsv}).pairs("train"))
+    tsv = write_text(tmp_path / "extra.tsv", ["a\tb", "c\td", "e\tf\tCC-BY attribution"])
+    with pytest.raises(CorpusFormatError, match=rf"{tsv}:3: expected exactly one tab .*, found 2"):
+        list(LocalParallelCorpus({"train": tsv}).pairs("train"))
+
+
+def test_tsv_columns_option_reads_files_with_extra_columns(tmp_path):
+    tsv = write_text(tmp_path / "deu-eng.tsv", ["Hi.\tHallo!\tCC-BY 2.0 (France) Attribution",
+                                                "Run!\tLauf!\tCC-BY 2.0 (France) Attribution"])
+    corpus = LocalParallelCorpus({"train": tsv}, tsv_columns=(0, 1))
+    assert list(corpus.pairs("train")) == [("Hi.", "Hallo!"), ("Run!", "Lauf!")]
+    short = write_text(tmp_path / "short.tsv", ["only one field"])
+    with pytest.raises(CorpusFormatError, match=rf"{short}:1: expected at least 2"):
+        list(LocalParallelCorpus({"train": short}, tsv_columns=(0, 1)).pairs("train"))
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    source = write_text(tmp_path / "train.en", b"fine\nalso fine\nbad \xff\xfe byte\n")
+    target = write_text(tmp_path / "train.de", ["gut", "auch gut", "schlecht"])
+    with pytest.raises(CorpusFormatError, match=rf"{source}:3: invalid UTF-8 at byte 4"):
+        list(LocalParallelCorpus({"train": (source, target)}).pairs("train"))
+    tsv = write_text(tmp_path / "bad.tsv", b"a\tb\n\xc3\tc\n")
+    with pytest.raises(CorpusFormatError, match=rf"{tsv}:2: invalid UTF-8"):
+        list(LocalParallelCorpus({"train": tsv}).pairs("train"))
+
+
+def test_empty_lines_are_skipped_and_counted(tmp_path, caplog):
+    source = write_text(tmp_path / "train.en", ["one", "", "three", "   ", "five"])
+    target = write_text(tmp_path / "train.de", ["eins", "zwei", "", "vier", "fünf"])
+    tsv = write_text(tmp_path / "test.tsv", ["a\tb", "", "c\t", "\td", "  e \t f  "])
+    corpus = LocalParallelCorpus({"train": (source, target), "test": tsv}, name="tiny")
+    with caplog.at_level("WARNING"):
+        assert list(corpus.pairs("train")) == [("one", "eins"), ("five", "fünf")]
+        assert list(corpus.pairs("test")) == [("a", "b"), ("e", "f")]
+    assert corpus.skipped_empty == {"train": 3, "test": 3}
+    assert "tiny/train: skipped 3 line(s)" in caplog.text
+
+
+def test_missing_file_and_missing_split_are_clear(tmp_path):
+    corpus = LocalParallelCorpus({"train": tmp_path / "nope.tsv"})
+    with pytest.raises(FileNotFoundError, match="nope.tsv"):
+        list(corpus.pairs("train"))
+    with pytest.raises(ValueError, match="no files for split 'test'"):
+        list(corpus.pairs("test"))
+    with pytest.raises(ValueError, match="unknown split"):
+        list(corpus.pairs("dev"))
+
+
+def test_holdout_splits_are_disjoint_cover_everything_and_follow_the_seed(tmp_path):
+    lines = [f"sentence {i}\tSatz {i}" for i in range(50)]
+    tsv = write_text(tmp_path / "all.tsv", lines)
+    corpus = LocalParallelCorpus({"train": tsv}, holdout=(5, 7), seed=3)
+    splits = {split: list(corpus.pairs(split)) for split in ("train", "validation", "test")}
+    assert [len(splits[s]) for s in ("train", "validation", "test")] == [38, 5, 7]
+    together = splits["train"] + splits["validation"] + splits["test"]
+    assert sorted(together) == sorted((f"sentence {i}", f"Satz {i}") for i in range(50))
+    again = LocalParallelCorpus({"train": tsv}, holdout=(5, 7), seed=3)
+    assert list(again.pairs("test")) == splits["test"]
+    other = LocalParallelCorpus({"train": tsv}, holdout=(5, 7), seed=4)
+    assert list(other.pairs("test")) != splits["test"]
+
+
+def test_local_spec_parses_aligned_tsv_and_multiple_entries(tmp_path):
+    write_text(tmp_path / "a.en", ["one"])
+    write_text(tmp_path / "a.de", ["eins"])
+    write_text(tmp_path / "b.tsv", ["two\tzwei\tx"])
+    write_text(tmp_path / "c.tsv", ["three\tdrei\ty"])
+    spec = (f"train={tmp_path}/a.en,{tmp_path}/a.de+{tmp_path}/b.tsv; validation={tmp_path}/c.tsv;"
+            f"columns=0,1")
+    corpus = get_corpus(spec)
+    assert list(corpus.pairs("train")) == [("one", "eins"), ("two", "zwei")]
+    assert list(corpus.pairs("validation")) == [("three", "drei")]
+    reversed_corpus = parse_local_spec(spec, reverse=True)
+    assert list(reversed_corpus.pairs("validation")) == [("drei", "three")]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("train=a,b,c", "one TSV path or two aligned paths"),
+    ("train=a.tsv;colour=red", "unknown key 'colour'"),
+    ("train", "expected KEY=VALUE"),
+    ("validation=a.tsv", "'train' split is required"),
+    ("train=a.tsv;columns=1", "two comma-separated values"),
+])
+def test_bad_local_specs_are_rejected(spec, message):
+    with pytest.raises(ValueError, match=message):
+        parse_local_spec(spec)
+
+
+def test_get_corpus_names(tmp_path):
+    assert isinstance(get_corpus("numbers", num_train=10, num_validation=2, num_test=2), NumbersCorpus)
+    wmt = get_corpus("wmt14", reverse=True, tfds_data_dir=str(tmp_path))
+    assert isinstance(wmt, TfdsTranslationCorpus)
+    assert (wmt.source_language, wmt.target_language, wmt.data_dir) == ("de", "en", str(tmp_path))
+    with pytest.raises(ValueError, match="unknown dataset 'wmt15'"):
+        get_corpus("wmt15")
+    with pytest.raises(FileNotFoundError, match="KT_SHARED_DATA"):
+        get_corpus("multi30k", data_root=tmp_path / "absent")
+
+
+def test_require_shared_data_skips_locally_and_fails_in_ci(tmp_path, monkeypatch):
+    monkeypatch.setenv("KT_SHARED_DATA", str(tmp_path / "absent"))
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="shared corpora not found"):
+        require_shared_data("multi30k/train.en")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true and shared corpora not found"):
+        require_shared_data("multi30k/train.en")
+    write_text(tmp_path / "absent" / "multi30k" / "train.en", ["x"])
+    assert require_shared_data("multi30k/train.en") == tmp_path / "absent"
+
+
+def test_shared_corpora_read_with_their_roles(shared_data, multi30k):
+    assert [multi30k.num_pairs(split) for split in ("train", "validation", "test")] == [29_000, 1_014, 1_000]
+    assert multi30k.skipped_empty == {"train": 0, "validation": 0, "test": 0}
+    newstest = get_corpus("newstest", data_root=shared_data)
+    assert newstest.num_pairs("test") == 3_003  # newstest2014, the full set
+    tatoeba = get_corpus("tatoeba", data_root=shared_data)
+    assert (tatoeba.num_pairs("validation"), tatoeba.num_pairs("test")) == (2_000, 2_000)
+    assert next(iter(get_corpus("tatoeba", data_root=shared_data, reverse=True).pairs("train")))[1]
