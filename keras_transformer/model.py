@@ -64,12 +64,15 @@ class Transformer(keras.Model):
     def build(self, input_shape=None):
         if self.built:
             return
+        if not self.output_embedding.built:  # only its `logits` is called, never the layer itself
+            self.output_embedding.build()
         ids = tf.ones((1, 1), tf.int32)
-        self.call((ids, ids), training=False)  # creates every weight of every sub-layer
+        self.call((ids, ids), training=False)  # creates every other weight of every sub-layer
         super().build(input_shape)
 
     def encode(self, source_ids, training=False):
         """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S)."""
+        source_ids = tf.cast(source_ids, tf.int32)
         source_padding_mask = masking.padding_mask(source_ids)
         x = self.source_positional(self.source_embedding(source_ids))
         x = self.source_dropout(x, training=training)
@@ -84,6 +87,7 @@ class Transformer(keras.Model):
         With return_attention_scores, also the last decoder layer's encoder-decoder attention
         weights (B, H, T, S).
         """
+        target_input_ids = tf.cast(target_input_ids, tf.int32)
         x = self.target_positional(self.target_embedding(target_input_ids))
         x = self.target_dropout(x, training=training)
         x, scores = self.decoder(x, memory, masking.self_attention_mask(target_input_ids),

@@ -31,7 +31,7 @@ class TokenEmbedding(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, ids):
-        vectors = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
+        vectors = tf.gather(tf.cast(self.embeddings, self.compute_dtype), tf.cast(ids, tf.int32))
         return vectors * tf.cast(self.d_model ** 0.5, self.compute_dtype)
 
     def logits(self, x):

@@ -1,0 +1,153 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.config import TrainConfig
+
+SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
+TARGET = np.array([[2, 11, 12, 13, 14, 15], [2, 16, 17, 18, 0, 0]], np.int32)
+VARIANTS = [dict(), dict(tie_embeddings=False), dict(positional="learned"), dict(norm_first=True)]
+
+
+def _tiny(**fields):
+    return kt.Transformer.from_preset("tiny", **{"dropout_rate": 0.0, **fields})
+
+
+@pytest.mark.parametrize("fields", VARIANTS)
+def test_logits_shape_and_round_trips(tmp_path, fields):
+    model = _tiny(**fields)
+    logits = np.asarray(model((SOURCE, TARGET), training=False))
+    assert logits.shape == (2, 6, model.config.vocab_size) and logits.dtype == np.float32
+    clone = kt.Transformer.from_config(model.get_config())
+    assert clone.config == model.config
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(np.asarray(reloaded((SOURCE, TARGET), training=False)), logits)
+
+
+def test_untied_and_learned_variants_add_their_weights():
+    c = kt.TransformerConfig.from_preset("tiny")
+    base = _tiny().count_params()
+    assert _tiny(tie_embeddings=False).count_params() - base == 2 * c.vocab_size * c.d_model
+    assert _tiny(positional="learned").count_params() - base == 2 * c.max_length * c.d_model
+    assert _tiny(norm_first=True).count_params() - base == 2 * 2 * c.d_model  # final norm of each stack
+
+
+def test_tied_embedding_is_one_matrix():
+    model = _tiny()
+    assert model.source_embedding is model.target_embedding is model.output_embedding
+    assert sum("embeddings" in w.path for w in model.weights) == 1
+
+
+def test_changing_a_padded_source_position_never_changes_any_output():
+    """Whatever sits at a padded source position, in the encoder's input, in its output (the
+    memory) or as extra padding, no logit changes."""
+    model = _tiny()
+    before = np.asarray(model((SOURCE, TARGET)))
+    memory, mask = model.encode(SOURCE)
+    padded = ~mask.numpy()
+    rng = np.random.default_rng(0)
+
+    embedded = model.source_positional(model.source_embedding(SOURCE)).numpy()
+    embedded[padded] = 100 * rng.normal(size=embedded[padded].shape)
+    noisy_memory = model.encoder(tf.constant(embedded), attention_mask=mask[:, None, :])
+    np.testing.assert_allclose(noisy_memory.numpy()[~padded], memory.numpy()[~padded], atol=1e-5)
+    np.testing.assert_allclose(model.decode(TARGET, noisy_memory, mask), before, atol=1e-5)
+
+    noisy = memory.numpy()
+    noisy[padded] = 1e3 * rng.normal(size=noisy[padded].shape)
+    np.testing.assert_allclose(model.decode(TARGET, tf.constant(noisy), mask), before, atol=1e-5)
+
+    longer = np.concatenate([SOURCE, np.zeros((2, 5), np.int32)], 1)
+    np.testing.assert_allclose(model((longer, TARGET)), before, atol=1e-5)
+
+
+def test_changing_target_token_t_never_changes_earlier_logits():
+    model = _tiny()
+    before = np.asarray(model((SOURCE, TARGET)))
+    for t in range(1, TARGET.shape[1]):
+        changed = TARGET.copy()
+        changed[:, t] = 99
+        after = np.asarray(model((SOURCE, changed)))
+        np.testing.assert_allclose(after[:, :t], before[:, :t], atol=1e-5)
+        assert not np.allclose(after[:, t:], before[:, t:], atol=1e-5)
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(norm_first=True, tie_embeddings=False)])
+def test_cached_decoding_equals_the_full_pass(fields):
+    """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass."""
+    model = _tiny(**fields)
+    full = np.asarray(model((SOURCE, TARGET)))
+    step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=1, cache_length=10)
+    logits = []
+    for t in range(TARGET.shape[1]):
+        step_logits, cache = step_fn(tf.constant(TARGET[:, t]), tf.constant(t), cache)
+        logits.append(step_logits)
+    incremental = np.stack(logits, axis=1)
+    real = TARGET != 0
+    np.testing.assert_allclose(incremental[real], full[real], atol=1e-5)
+
+
+def _copy_task(rng, n, length=8):
+    """Source: random symbols then EOS; target: the same sequence (a copy)."""
+    lengths = rng.integers(3, length + 1, size=n)
+    source = np.zeros((n, length + 1), np.int32)
+    for i, size in enumerate(lengths):
+        source[i, :size] = rng.integers(4, 20, size=size)
+        source[i, size] = kt.EOS_ID
+    target_in = np.concatenate([np.full((n, 1), kt.BOS_ID, np.int32), source[:, :-1]], 1)
+    target_in[target_in == kt.EOS_ID] = 0
+    return (source, target_in), source
+
+
+def test_fit_learns_to_copy():
+    rng = np.random.default_rng(0)
+    train_x, train_y = _copy_task(rng, 4096)
+    dataset = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(4096, seed=0).batch(64).repeat()
+    model = kt.Transformer.from_preset("tiny", vocab_size=20, dropout_rate=0.0)
+    model.compile(optimizer=kt.paper_optimizer(model.config.d_model, TrainConfig(warmup_steps=100)))
+    history = model.fit(dataset, steps_per_epoch=100, epochs=4, verbose=0).history
+    assert history["loss"][-1] < 0.5 * history["loss"][0]
+    held_out = model.evaluate(*_copy_task(rng, 512), verbose=0, return_dict=True)
+    assert held_out["token_accuracy"] >= 0.95, held_out
+
+
+def _global_batch(rng):
+    """16 pairs whose replicas (2 pairs each over 8 devices) hold very different numbers of tokens."""
+    source = rng.integers(4, 30, size=(16, 6)).astype(np.int32)
+    target = rng.integers(4, 30, size=(16, 7)).astype(np.int32)
+    for i in range(16):
+        source[i, 1 + i % 5:] = 0
+        target[i, 1 + (i * 3) % 7:] = 0
+    return (source, target[:, :-1]), target[:, 1:]
+
+
+def _one_step(strategy, initial_weights, batch):
+    with strategy.scope():
+        model = kt.Transformer.from_preset("tiny", vocab_size=30, dropout_rate=0.0)
+        model.set_weights(initial_weights)
+        model.compile(optimizer=keras.optimizers.SGD(1.0))
+    dataset = tf.data.Dataset.from_tensors(batch)
+    history = model.fit(dataset, epochs=1, verbose=0).history
+    return history["loss"][0], model.get_weights()
+
+
+def test_mirrored_strategy_step_equals_one_device_step():
+    """One step over 8 replicas: same loss and weights as one device on the same global batch.
+
+    SGD, not Adam: Adam's first update is about lr * sign(gradient) whatever the gradient's scale,
+    which would hide a wrongly normalized loss.
+    """
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(devices) == 8, "tests/conftest.py declares 8 logical CPUs"
+    batch = _global_batch(np.random.default_rng(0))
+    initial = kt.Transformer.from_preset("tiny", vocab_size=30, dropout_rate=0.0).get_weights()
+    one_loss, one_weights = _one_step(tf.distribute.OneDeviceStrategy(devices[0]), initial, batch)
+    mirrored_loss, mirrored_weights = _one_step(tf.distribute.MirroredStrategy(devices), initial, batch)
+    assert mirrored_loss == pytest.approx(one_loss, rel=1e-5)
+    for a, b, start in zip(mirrored_weights, one_weights, initial):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+    assert any(not np.allclose(a, s) for a, s in zip(one_weights, initial))
