@@ -96,28 +96,38 @@ class SubwordTokenizer(tf.Module):
     tokenize(texts): tf.string of any shape -> int32 ids, a RaggedTensor with one more (ragged)
       dimension; no BOS/EOS added (the pipeline adds them where the model needs them).
     detokenize(ids): int32 ids (B, T), dense or ragged -> tf.string (B,); PAD/BOS/EOS ids vanish.
+
+    Both build the SentencePiece op inside the graph that calls them (a tf.data function, a
+    tf.function, a SavedModel signature), with the model proto as a constant of that graph.
+    tensorflow_text's model resource is owned by its kernel: created eagerly, it dies whenever
+    TensorFlow clears its eager caches (tf.random.set_seed and keras.backend.clear_session do),
+    breaking every dataset that captured it. Built in-graph it lives as long as that graph.
     """
 
     def __init__(self, model_proto: bytes, name: str = "subword_tokenizer"):
         super().__init__(name=name)
-        self.model_proto = model_proto
-        self.tokenizer = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
         processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         ids = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(f"SentencePiece model has pad/unk/bos/eos ids {ids}; this project needs "
                              f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+        self.model_proto = model_proto
         self.vocab_size = processor.get_piece_size()
 
     @classmethod
     def from_file(cls, path: os.PathLike) -> "SubwordTokenizer":
         return cls(pathlib.Path(path).read_bytes())
 
-    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
-        return self.tokenizer.tokenize(texts)
+    def _sentencepiece(self) -> tf_text.SentencepieceTokenizer:
+        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
 
+    @tf.function(reduce_retracing=True)
+    def tokenize(self, texts) -> tf.RaggedTensor:
+        return self._sentencepiece().tokenize(texts)
+
+    @tf.function(reduce_retracing=True)
     def detokenize(self, ids) -> tf.Tensor:
-        return self.tokenizer.detokenize(ids)
+        return self._sentencepiece().detokenize(ids)
 
 
 def load_or_train_tokenizer(directory: os.PathLike, sentences: Optional[Iterable[str]],
