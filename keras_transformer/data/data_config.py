@@ -1,0 +1,91 @@
+"""DataConfig: which corpus, which vocabulary, and how the input pipeline batches it.
+
+Defaults follow the paper where it says something (section 5.1: WMT14 en-de, a shared BPE vocabulary
+of about 37,000 tokens, batches of about 25,000 source and 25,000 target tokens grouped by length);
+the rest (maximum length, bucket spacing, shuffle buffer) are the usual tensor2tensor-style choices.
+"""
+import dataclasses
+import json
+from typing import Optional
+
+from keras_transformer.data.tokenizer import TokenizerSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Settings of the corpus, the SentencePiece vocabulary and the tf.data pipeline.
+
+    Fields:
+      dataset: a `get_corpus` name (wmt14, numbers, multi30k, newstest, tatoeba) or a local spec.
+      reverse: translate the other way (de->en).
+      tfds_data_dir: the TFDS data directory for wmt14 (None: TFDS's default).
+      vocab_size: requested size of the shared source-target BPE vocabulary.
+      tokenizer_sample_size: sentences sampled from train to learn the vocabulary.
+      byte_fallback: unknown characters become UTF-8 byte tokens (lossless) rather than UNK.
+      max_length: the longest source (tokens + EOS) or target (tokens + BOS/EOS) sequence kept.
+      truncate_long_pairs: cut longer pairs down to max_length instead of dropping them.
+      tokens_per_batch: the token budget of one batch on one replica, for the source and for the
+        target separately: batch size * padded length never exceeds it.
+      min_bucket_length, bucket_growth: bucket boundaries are min_bucket_length, then each boundary
+        grows by the factor (at least by one token) up to max_length. Sequences are padded to their
+        bucket's boundary, so the model sees one shape per bucket (plus last partial batches).
+      shuffle_buffer_size: pairs in the training shuffle buffer.
+      seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
+        The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
+      num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.
+    """
+
+    dataset: str = "wmt14"
+    reverse: bool = False
+    tfds_data_dir: Optional[str] = None
+    vocab_size: int = 37_000
+    tokenizer_sample_size: int = 2_000_000
+    byte_fallback: bool = True
+    max_length: int = 256
+    truncate_long_pairs: bool = False
+    tokens_per_batch: int = 25_000
+    min_bucket_length: int = 8
+    bucket_growth: float = 1.1
+    shuffle_buffer_size: int = 100_000
+    seed: int = 0
+    num_parallel_calls: int = -1
+
+    def __post_init__(self):
+        positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",
+                    "shuffle_buffer_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"DataConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.max_length < 2:
+            raise ValueError(f"DataConfig.max_length={self.max_length} leaves no room for a token "
+                             f"and EOS; it must be at least 2")
+        if self.tokens_per_batch < self.max_length:
+            raise ValueError(f"DataConfig.tokens_per_batch={self.tokens_per_batch} cannot hold one "
+                             f"pair of max_length={self.max_length}")
+        if self.bucket_growth < 1.0:
+            raise ValueError(f"DataConfig.bucket_growth must be >= 1, got {self.bucket_growth}")
+        if self.num_parallel_calls == 0 or self.num_parallel_calls < -1:
+            raise ValueError(f"DataConfig.num_parallel_calls must be positive or -1 (autotune), "
+                             f"got {self.num_parallel_calls}")
+
+    def tokenizer_settings(self, corpus_name: str) -> TokenizerSettings:
+        return TokenizerSettings(vocab_size=self.vocab_size, sample_size=self.tokenizer_sample_size,
+                                 byte_fallback=self.byte_fallback, corpus=corpus_name)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values):
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"DataConfig: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text):
+        return cls.from_dict(json.loads(text))

@@ -1,0 +1,163 @@
+"""The tf.data pipeline: batch format, token budget, exactly-once epochs, seeds, lengths, replicas."""
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data.data_config import DataConfig
+from keras_transformer.data.pipeline import (bucket_batch_sizes, bucket_boundaries, count_over_length,
+                                             make_corpus_dataset, make_dataset,
+                                             make_distributed_dataset, pipeline_statistics)
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+SMALL = DataConfig(tokens_per_batch=600, max_length=64, min_bucket_length=4, seed=11)
+
+
+def _rows(batch):
+    """A batch as a list of (source, target_input, target_output) tuples without padding."""
+    (source, target_input), target_output = batch
+    source, target_input, target_output = (t.numpy() for t in (source, target_input, target_output))
+    return [tuple(tuple(int(i) for i in row[row != PAD_ID]) for row in rows)
+            for rows in zip(source, target_input, target_output)]
+
+
+def _expected_rows(corpus, split, tokenizer):
+    pairs = list(corpus.pairs(split))
+    sources = tokenizer.tokenize(tf.constant([s for s, _ in pairs])).to_list()
+    targets = tokenizer.tokenize(tf.constant([t for _, t in pairs])).to_list()
+    return [(tuple(s) + (EOS_ID,), (BOS_ID,) + tuple(t), tuple(t) + (EOS_ID,))
+            for s, t in zip(sources, targets)]
+
+
+def _assert_within_budget(batches, config):
+    boundaries = set(bucket_boundaries(config))
+    for (source, target_input), target_output in batches:
+        assert source.shape[0] == target_input.shape[0] == target_output.shape[0]
+        assert target_input.shape == target_output.shape
+        assert source.shape[0] * source.shape[1] <= config.tokens_per_batch
+        assert target_output.shape[0] * target_output.shape[1] <= config.tokens_per_batch
+        assert source.shape[1] in boundaries and target_output.shape[1] in boundaries
+
+
+def test_bucket_boundaries_and_batch_sizes():
+    config = DataConfig(max_length=40, min_bucket_length=8, bucket_growth=1.2, tokens_per_batch=1000)
+    assert bucket_boundaries(config) == [8, 9, 10, 12, 14, 16, 19, 22, 26, 31, 37, 40]
+    assert bucket_batch_sizes(config) == [125, 111, 100, 83, 71, 62, 52, 45, 38, 32, 27, 25]
+    assert bucket_boundaries(dataclasses.replace(config, max_length=8)) == [8]
+
+
+def test_element_format(numbers_corpus, numbers_tokenizer):
+    dataset = make_corpus_dataset(numbers_corpus, "train", numbers_tokenizer, SMALL)
+    (source_spec, target_input_spec), target_output_spec = dataset.element_spec
+    for spec in (source_spec, target_input_spec, target_output_spec):
+        assert spec.dtype == tf.int32 and spec.shape.rank == 2
+    batch = next(iter(dataset))
+    for source, target_input, target_output in _rows(batch):
+        assert source[-1] == EOS_ID and EOS_ID not in source[:-1] and BOS_ID not in source
+        assert target_input[0] == BOS_ID and target_output[-1] == EOS_ID
+        assert target_input[1:] == target_output[:-1]
+    # Padding is all at the end of each row.
+    (source, _), _ = batch
+    lengths = tf.math.count_nonzero(source, axis=1).numpy()
+    assert np.all(source.numpy()[np.arange(source.shape[1]) >= lengths[:, None]] == PAD_ID)
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_every_pair_exactly_once_per_epoch_within_budget(numbers_corpus, numbers_tokenizer, split):
+    dataset = make_corpus_dataset(numbers_corpus, split, numbers_tokenizer, SMALL)
+    expected = collections.Counter(_expected_rows(numbers_corpus, split, numbers_tokenizer))
+    for _ in range(2):  # a second pass is another full epoch
+        batches = list(dataset)
+        _assert_within_budget(batches, SMALL)
+        assert collections.Counter(row for batch in batches for row in _rows(batch)) == expected
+
+
+def test_same_seed_same_batches_other_seed_other_order(numbers_corpus, numbers_tokenizer):
+    def epochs(config, count=2):
+        dataset = make_corpus_dataset(numbers_corpus, "train", numbers_tokenizer, config)
+        return [[_rows(batch) for batch in dataset] for _ in range(count)]
+
+    first, again = epochs(SMALL), epochs(SMALL)
+    assert first == again
+    assert first[0] != first[1]  # reshuffled every epoch, reproducibly
+    assert epochs(dataclasses.replace(SMALL, seed=12), count=1)[0] != first[0]
+
+
+def test_evaluation_keeps_corpus_order_within_buckets(numbers_corpus, numbers_tokenizer):
+    dataset = make_corpus_dataset(numbers_corpus, "test", numbers_tokenizer, SMALL)
+    order = {row: index for index, row in enumerate(_expected_rows(numbers_corpus, "test", numbers_tokenizer))}
+    for batch in dataset:
+        positions = [order[row] for row in _rows(batch)]
+        assert positions == sorted(positions)
+
+
+def test_over_length_pairs_are_dropped_and_counted(numbers_corpus, numbers_tokenizer):
+    config = dataclasses.replace(SMALL, max_length=12, tokens_per_batch=120)
+    expected = _expected_rows(numbers_corpus, "validation", numbers_tokenizer)
+    kept = [row for row in expected if max(len(row[0]), len(row[1])) <= 12]
+    assert 0 < len(kept) < len(expected)
+    pairs = numbers_corpus.dataset("validation")
+    assert count_over_length(pairs, numbers_tokenizer, config) == (len(expected), len(expected) - len(kept))
+    batches = list(make_dataset(pairs, numbers_tokenizer, config, training=True))
+    _assert_within_budget(batches, config)
+    assert collections.Counter(row for b in batches for row in _rows(b)) == collections.Counter(kept)
+    statistics = pipeline_statistics(pairs, numbers_tokenizer, config)
+    assert (statistics.num_pairs, statistics.num_over_length, statistics.num_examples) == (
+        len(expected), len(expected) - len(kept), len(kept))
+    assert "dropped" in statistics.summary()
+
+
+def test_over_length_pairs_can_be_truncated(numbers_corpus, numbers_tokenizer):
+    config = dataclasses.replace(SMALL, max_length=12, tokens_per_batch=120, truncate_long_pairs=True)
+    expected = _expected_rows(numbers_corpus, "validation", numbers_tokenizer)
+    truncated = [(s[:11] + (EOS_ID,) if len(s) > 12 else s, ti[:12], to[:11] + (EOS_ID,) if len(to) > 12 else to)
+                 for s, ti, to in expected]
+    batches = list(make_dataset(numbers_corpus.dataset("validation"), numbers_tokenizer, config,
+                                training=False))
+    _assert_within_budget(batches, config)
+    assert collections.Counter(row for b in batches for row in _rows(b)) == collections.Counter(truncated)
+
+
+def test_multi30k_statistics_with_a_4096_token_budget(multi30k, multi30k_tokenizer):
+    config = DataConfig(tokens_per_batch=4_096, vocab_size=8_000)
+    statistics = pipeline_statistics(multi30k.dataset("train"), multi30k_tokenizer, config)
+    assert (statistics.num_pairs, statistics.num_over_length, statistics.num_examples) == (29_000, 0, 29_000)
+    assert statistics.max_batch_source_tokens <= 4_096
+    assert statistics.max_batch_target_tokens <= 4_096
+    assert statistics.real_to_padded_ratio >= 0.85, statistics.summary()
+    # Bucket-boundary shapes: at most two batch sizes (full and last partial) per bucket.
+    assert statistics.num_shapes <= 2 * len(bucket_boundaries(config))
+
+
+def test_each_replica_gets_its_own_budget(numbers_corpus, numbers_tokenizer):
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs two logical CPU devices (tests/conftest.py declares them)")
+    strategy = tf.distribute.MirroredStrategy(devices)
+    dataset = make_distributed_dataset(strategy, numbers_corpus, "validation", numbers_tokenizer, SMALL)
+    rows = []
+    for (source, target_input), target_output in dataset:
+        for replica_batch in zip(strategy.experimental_local_results(source),
+                                 strategy.experimental_local_results(target_input),
+                                 strategy.experimental_local_results(target_output)):
+            replica_source, replica_input, replica_output = replica_batch
+            if replica_source.shape[0] == 0:
+                continue  # the epoch's last step leaves some replicas an empty batch
+            _assert_within_budget([((replica_source, replica_input), replica_output)], SMALL)
+            rows.extend(_rows(((replica_source, replica_input), replica_output)))
+    expected = _expected_rows(numbers_corpus, "validation", numbers_tokenizer)
+    assert collections.Counter(rows) == collections.Counter(expected)
+
+
+def test_data_config_checks_and_json_round_trip():
+    config = DataConfig(dataset="numbers", vocab_size=8_000, tokens_per_batch=4_096)
+    assert DataConfig.from_json(config.to_json()) == config
+    assert config.tokenizer_settings("numbers").vocab_size == 8_000
+    with pytest.raises(ValueError, match="cannot hold one pair"):
+        DataConfig(tokens_per_batch=100, max_length=256)
+    with pytest.raises(ValueError, match="bucket_growth"):
+        DataConfig(bucket_growth=0.9)
+    with pytest.raises(ValueError, match="unknown field"):
+        DataConfig.from_dict({"batch_size": 3})
