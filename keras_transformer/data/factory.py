@@ -53,9 +53,12 @@ def require_shared_data(*relative_paths: str) -> pathlib.Path:
     import pytest  # only tests call this
 
     root = shared_data_root()
-    missing = [path for path in relative_paths or (".",) if not (root / path).exists()]
+    if not root.is_dir():
+        missing = [str(root)]
+    else:
+        missing = [str(root / path) for path in relative_paths if not (root / path).exists()]
     if missing:
-        reason = (f"shared corpora not found: {', '.join(str(root / m) for m in missing)} "
+        reason = (f"shared corpora not found: {', '.join(missing)} "
                   f"(set {SHARED_DATA_ENV} to the folder holding multi30k/, newstest/, tatoeba/)")
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {reason}")

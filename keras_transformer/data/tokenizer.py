@@ -9,8 +9,9 @@ from the same model bytes, so an exported SavedModel tokenizes exactly as traini
 Lossless: the text is not normalized (rule "identity", inner whitespace kept as is) and characters
 outside the vocabulary fall back to their UTF-8 bytes, so detokenize(tokenize(s)) == s for any text
 that does not start with whitespace (SentencePiece drops it) and has no U+2581 "▁" (SentencePiece's
-own space mark); corpora strip surrounding whitespace, so every corpus sentence qualifies. Ids are fixed: PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3; pad, bos and eos are control
-symbols that detokenize to nothing.
+own space mark, which comes back as a space); corpora strip surrounding whitespace for this reason.
+Ids are fixed: PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3; pad, bos and eos are control symbols that
+detokenize to nothing.
 """
 import dataclasses
 import io

@@ -141,16 +141,19 @@ def test_get_corpus_names(tmp_path):
 def test_require_shared_data_skips_locally_and_fails_in_ci(tmp_path, monkeypatch):
     monkeypatch.setenv("KT_SHARED_DATA", str(tmp_path / "absent"))
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match="shared corpora not found"):
+    with pytest.raises(pytest.skip.Exception, match=f"shared corpora not found: {tmp_path / 'absent'} "):
         require_shared_data("multi30k/train.en")
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true and shared corpora not found"):
         require_shared_data("multi30k/train.en")
     write_text(tmp_path / "absent" / "multi30k" / "train.en", ["x"])
     assert require_shared_data("multi30k/train.en") == tmp_path / "absent"
+    with pytest.raises(pytest.fail.Exception, match=r"absent/multi30k/train.de \("):
+        require_shared_data("multi30k/train.en", "multi30k/train.de")
 
 
 def test_shared_corpora_read_with_their_roles(shared_data, multi30k):
+    require_shared_data("newstest/newstest2014.en", "newstest/newstest2014.de", "tatoeba/deu-eng.tsv")
     assert [multi30k.num_pairs(split) for split in ("train", "validation", "test")] == [29_000, 1_014, 1_000]
     assert multi30k.skipped_empty == {"train": 0, "validation": 0, "test": 0}
     newstest = get_corpus("newstest", data_root=shared_data)

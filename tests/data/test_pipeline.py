@@ -87,7 +87,8 @@ def test_same_seed_same_batches_other_seed_other_order(numbers_corpus, numbers_t
 
 def test_evaluation_keeps_corpus_order_within_buckets(numbers_corpus, numbers_tokenizer):
     dataset = make_corpus_dataset(numbers_corpus, "test", numbers_tokenizer, SMALL)
-    order = {row: index for index, row in enumerate(_expected_rows(numbers_corpus, "test", numbers_tokenizer))}
+    expected = _expected_rows(numbers_corpus, "test", numbers_tokenizer)
+    order = {row: index for index, row in enumerate(expected)}
     for batch in dataset:
         positions = [order[row] for row in _rows(batch)]
         assert positions == sorted(positions)
@@ -112,8 +113,12 @@ def test_over_length_pairs_are_dropped_and_counted(numbers_corpus, numbers_token
 def test_over_length_pairs_can_be_truncated(numbers_corpus, numbers_tokenizer):
     config = dataclasses.replace(SMALL, max_length=12, tokens_per_batch=120, truncate_long_pairs=True)
     expected = _expected_rows(numbers_corpus, "validation", numbers_tokenizer)
-    truncated = [(s[:11] + (EOS_ID,) if len(s) > 12 else s, ti[:12], to[:11] + (EOS_ID,) if len(to) > 12 else to)
-                 for s, ti, to in expected]
+    def cut(row):  # at most 11 tokens, then EOS
+        return row[:11] + (EOS_ID,) if len(row) > 12 else row
+
+    truncated = [(cut(source), target_input[:12], cut(target_output))
+                 for source, target_input, target_output in expected]
+    assert truncated != expected
     batches = list(make_dataset(numbers_corpus.dataset("validation"), numbers_tokenizer, config,
                                 training=False))
     _assert_within_budget(batches, config)
