@@ -33,21 +33,25 @@ def clip_max_lengths(max_lengths, max_length):
     return tf.clip_by_value(max_lengths, 1, max_length), max_length
 
 
-def next_token_log_probs(logits, step, eos_id, min_length=None):
-    """Log-softmax of logits (N, V) in float32, with EOS forbidden while it would end a hypothesis
-    shorter than min_length (EOS at position step gives length step + 1).
+def log_normalizer(logits):
+    """log sum_v exp(logits) over the last axis, in float32: log p(v) = logits[v] - normalizer.
 
-    EOS is forbidden after the log-softmax, so the log-probabilities of the other tokens, and the
-    scores built from them, stay the model's own (not renormalised without EOS).
+    Decoders only need the log-probabilities of a few selected tokens, so they select on the
+    logits (the ranking is the same) and normalise those alone, never writing a (N, V) log-softmax.
     """
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # (N, V)
+    return tf.reduce_logsumexp(tf.cast(logits, tf.float32), axis=-1)
+
+
+def forbid_early_eos(scores, token_ids, step, eos_id, min_length):
+    """scores (logits or log-probs) with -inf wherever token_ids is EOS and EOS at position step
+    would end the output before min_length tokens (EOS at position step gives length step + 1).
+    Only the selection sees it: the normaliser is the model's, so the other tokens keep their own
+    log-probabilities rather than being renormalised without EOS."""
     if min_length is None:
-        return log_probs
-    eos_forbidden = step + 1 < tf.cast(min_length, tf.int32)
-    eos_penalty = tf.one_hot(
-        eos_id, tf.shape(log_probs)[-1], on_value=tf.where(eos_forbidden, NEG_INF, 0.0),
-        off_value=0.0, dtype=tf.float32)  # (V,)
-    return log_probs + eos_penalty
+        return scores
+    forbidden = tf.logical_and(step + 1 < tf.cast(min_length, tf.int32),
+                               tf.equal(token_ids, eos_id))
+    return tf.where(forbidden, NEG_INF, scores)
 
 
 def write_position(sequences, step, ids):
@@ -88,9 +92,11 @@ def greedy_decode(step_fn, initial_cache, batch_size, max_lengths, bos_id, eos_i
 
     def body(step, ids, cache, sequences, scores, lengths, finished):
         logits, cache = step_fn(ids, step, cache)
-        log_probs = next_token_log_probs(logits, step, eos_id, min_length)  # (B, V)
-        ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # (B,)
-        token_log_probs = tf.gather(log_probs, ids, batch_dims=1)  # (B,)
+        logits = tf.cast(logits, tf.float32)  # (B, V)
+        vocabulary = tf.range(tf.shape(logits)[-1])  # (V,)
+        ids = tf.argmax(forbid_early_eos(logits, vocabulary, step, eos_id, min_length),
+                        axis=-1, output_type=tf.int32)  # (B,)
+        token_log_probs = tf.gather(logits, ids, batch_dims=1) - log_normalizer(logits)  # (B,)
         running = tf.logical_not(finished)
         sequences = write_position(sequences, step, tf.where(running, ids, 0))
         scores += tf.where(running, token_log_probs, 0.0)

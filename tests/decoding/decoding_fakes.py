@@ -24,7 +24,8 @@ def probability_rows(num_steps, vocab_size, rows):
 
     rows maps (step, last_id) -- or (step, None) for every last id at that step -- to
     {token: probability}. The probability left over goes to the other tokens in distinct shares
-    (so no two tokens tie); rows not given are uniform-ish the same way.
+    (so no two tokens tie); rows not given are uniform-ish the same way. The logits are the log of
+    these probabilities plus a constant per row.
     """
     table = np.zeros([num_steps, vocab_size, vocab_size])
     for step in range(num_steps):
@@ -36,7 +37,8 @@ def probability_rows(num_steps, vocab_size, rows):
             for token, prob in given.items():
                 probs[token] = prob
             probs[others] = (1.0 - sum(given.values())) * shares / shares.sum()
-            table[step, last] = np.log(probs)
+            # A shift per row leaves the softmax unchanged: the decoder must normalise.
+            table[step, last] = np.log(probs) + 3.0 + step - 0.5 * last
     return table
 
 
