@@ -11,8 +11,9 @@ One step, for each sentence (all tensors have fixed shapes; the work is O(B * W 
 1. log p(next token) = logits - logsumexp(logits) in float32 (log-softmax, normalising only the
    tokens selected), added to the log-probability of each live hypothesis: of the W * V
    candidates, the best 2W are kept (two top_k, see the body).
-2. Finishing: a candidate among the W best of them finishes if it is EOS, or if it reaches the
-   sentence's maximum length (then it finishes there without EOS). Its score is
+2. Finishing: a candidate among the W best of them (those a beam of width W would keep; an EOS
+   ranked lower is dropped) finishes if it is EOS, or if it reaches the sentence's maximum length
+   (then it finishes there without EOS). Its score is
    log-prob / lp(length) with lp(length) = ((5 + length) / 6) ** alpha, length counting EOS; it
    joins the R best finished hypotheses kept so far.
 3. Living on: the W best candidates that did not finish become the live hypotheses (the best 2W
@@ -23,17 +24,21 @@ One step, for each sentence (all tensors have fixed shapes; the work is O(B * W 
    L / max_l' lp(l'); lp is monotonic in the length, so the maximum is at one end: lp(max length)
    when alpha >= 0 (the bound is L / lp(max length); with alpha = 0 it is L itself). Once the R-th
    best finished score reaches the bound of the best live hypothesis, nothing can enter the R
-   best and the sentence is done: its finished hypotheses are final and later steps ignore it.
-   Decoding stops when every sentence is done (at the latest at its maximum length).
+   best and the sentence is done: its finished hypotheses are final and later steps ignore it
+   (its rows are still fed, shapes being fixed). Decoding stops when every sentence is done, at
+   the latest at its maximum length.
 
 A batch where nothing ends with EOS before the maximum length still returns R hypotheses: those
 alive at the maximum length finish there (step 2). Fewer than R hypotheses exist only when the
 vocabulary is too small to make R distinct ones; the missing ones have score -inf, length 0.
+The vocabulary must hold at least 2W tokens.
 
 beam_size = 1 is greedy decoding, as in the paper's own code (tensor2tensor's fast_decode): the
 loop above with W = 1 would keep a runner-up alive after the best hypothesis ends with EOS, which
 the length penalty may let win later, so it would not be greedy when alpha > 0.
 """
+import operator
+
 import tensorflow as tf
 
 from keras_transformer.decoding.greedy import (
@@ -59,7 +64,8 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
       alpha: length-penalty exponent, >= 0 (float or float32 scalar tensor); 0 ranks by log-prob.
       max_length: loop bound and output width T, Python int or int32 scalar tensor; defaults to
         max(max_lengths); per-sentence maxima above it are clipped. A Python int under XLA.
-      num_return: R, how many hypotheses to return per sentence, 1 <= R <= W; defaults to W.
+      num_return: R, Python int, how many hypotheses to return per sentence, 1 <= R <= W;
+        defaults to W.
       min_length: optional int: EOS is forbidden while the output would be shorter than this
         (EOS included); the per-sentence maximum still wins over it.
 
@@ -69,7 +75,12 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
         scores: float32 (B, R), sum of log-probabilities / lp(length);
         lengths: int32 (B, R), number of tokens, EOS included.
     """
-    num_return = beam_size if num_return is None else num_return
+    try:
+        beam_size = operator.index(beam_size)
+        num_return = beam_size if num_return is None else operator.index(num_return)
+    except TypeError as error:
+        raise TypeError("beam_size and num_return are shapes: Python ints (trace one function per "
+                        f"value), got {beam_size!r} and {num_return!r}") from error
     if not 1 <= num_return <= beam_size:
         raise ValueError(f"num_return must be in [1, beam_size={beam_size}], got {num_return}")
     if beam_size == 1:

@@ -165,6 +165,10 @@ def test_num_return_gives_the_best_of_the_full_list():
     assert np.all(np.diff(full["scores"], axis=1) <= 0)
     with pytest.raises(ValueError, match="num_return"):
         search(model, max_lengths, beam_size=2, num_return=3)
+    with pytest.raises(TypeError, match="Python ints"):
+        tf.function(lambda size: beam_search(
+            model.step_fn, model.initial_cache(2), 3, size, tf.constant(max_lengths), BOS, EOS)
+        )(tf.constant(2))
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
@@ -259,3 +263,43 @@ def test_dynamic_batch_size_in_a_signature():
         expected = reference_beam_search(model, max_lengths, max(max_lengths), beam_size, 0.6)
         assert result["ids"].shape == (len(max_lengths), beam_size, max(max_lengths))
         assert_matches({name: value.numpy() for name, value in result.items()}, expected)
+
+
+def test_survives_a_saved_model_round_trip(tmp_path):
+    """Exported with tf.saved_model.save and reloaded, the decoders give the same hypotheses, and
+    the graph holds only core TensorFlow ops (no py_function, nothing TF Serving lacks)."""
+    beam_size = 2
+    model = PrefixModel(3, vocab_size=9, max_length=6, seed=4)
+
+    class Decoders(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+        def beam(self, max_lengths):
+            batch_size = tf.shape(max_lengths)[0]
+            cache = tf.nest.map_structure(lambda t: t[:batch_size * beam_size],
+                                          model.initial_cache(beam_size))
+            return beam_search(model.step_fn, cache, batch_size, beam_size, max_lengths, BOS, EOS)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+        def greedy(self, max_lengths):
+            batch_size = tf.shape(max_lengths)[0]
+            cache = tf.nest.map_structure(lambda t: t[:batch_size], model.initial_cache())
+            return greedy_decode(model.step_fn, cache, batch_size, max_lengths, BOS, EOS)
+
+    decoders = Decoders()
+    tf.saved_model.save(decoders, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+    max_lengths = tf.constant([6, 2, 5])
+    for name in ("beam", "greedy"):
+        before = getattr(decoders, name)(max_lengths)
+        after = getattr(loaded, name)(max_lengths)
+        for key in ("ids", "scores", "lengths"):
+            np.testing.assert_array_equal(after[key].numpy(), before[key].numpy())
+    assert_matches({key: value.numpy() for key, value in loaded.beam(max_lengths).items()},
+                   reference_beam_search(model, [6, 2, 5], 6, beam_size, 0.6))
+
+    graph = decoders.beam.get_concrete_function().graph.as_graph_def()
+    op_types = {node.op for node in graph.node}
+    for function in graph.library.function:
+        op_types |= {node.op for node in function.node_def}
+    assert {"TopKV2", "While"} <= op_types or {"TopKV2", "StatelessWhile"} <= op_types
+    assert not op_types & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
