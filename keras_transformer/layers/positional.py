@@ -28,8 +28,9 @@ class _PositionalBase(keras.layers.Layer):
 
     def call(self, x, start=0):
         self._check_length(x, start)
-        length = tf.shape(x)[1]
-        return x + tf.cast(self.positions(start, length), x.dtype)[None]
+        # A gather, not a slice: XLA gives a slice with a dynamic start a padded, bounded shape.
+        indices = start + tf.range(x.shape[1] if x.shape[1] is not None else tf.shape(x)[1])
+        return x + tf.cast(tf.gather(self.position_table(), indices), x.dtype)[None]
 
     def get_config(self):
         return {**super().get_config(), "max_length": self.max_length}
@@ -48,8 +49,8 @@ class SinusoidalPositionalEncoding(_PositionalBase):
         self.table = tf.constant(sinusoid_table(self.max_length, input_shape[-1]))
         super().build(input_shape)
 
-    def positions(self, start, length):
-        return self.table[start:start + length]
+    def position_table(self):
+        return self.table
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -66,5 +67,5 @@ class LearnedPositionalEmbedding(_PositionalBase):
             initializer=keras.initializers.RandomNormal(stddev=input_shape[-1] ** -0.5))
         super().build(input_shape)
 
-    def positions(self, start, length):
-        return self.position_embeddings[start:start + length]
+    def position_table(self):
+        return self.position_embeddings
