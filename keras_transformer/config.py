@@ -23,7 +23,7 @@ def _require(condition, message):
         raise ValueError(message)
 
 
-class _JsonMixin:
+class JsonConfig:
     """Configs are written as JSON next to checkpoints and exports, and read back from there."""
 
     def to_dict(self):
@@ -45,7 +45,7 @@ class _JsonMixin:
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig(_JsonMixin):
+class TransformerConfig(JsonConfig):
     """The model's hyper-parameters, named as in the paper (section 3, Table 3).
 
     Fields:
@@ -165,7 +165,7 @@ TABLE3_ROWS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(_JsonMixin):
+class TrainConfig(JsonConfig):
     """Training settings (section 5): Adam with the paper's betas and the warm-up schedule."""
 
     train_steps: int = 100_000
@@ -191,7 +191,7 @@ TRAIN_PRESETS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodeConfig(_JsonMixin):
+class DecodeConfig(JsonConfig):
     """Decoding settings (section 6.1): beam 4, length penalty alpha 0.6, max length input + 50."""
 
     beam_size: int = 4

@@ -5,14 +5,14 @@ of about 37,000 tokens, batches of about 25,000 source and 25,000 target tokens 
 the rest (maximum length, bucket spacing, shuffle buffer) are the usual tensor2tensor-style choices.
 """
 import dataclasses
-import json
 from typing import Optional
 
+from keras_transformer.config import JsonConfig
 from keras_transformer.data.tokenizer import TokenizerSettings
 
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig:
+class DataConfig(JsonConfig):
     """Settings of the corpus, the SentencePiece vocabulary and the tf.data pipeline.
 
     Fields:
@@ -71,21 +71,3 @@ class DataConfig:
     def tokenizer_settings(self, corpus_name: str) -> TokenizerSettings:
         return TokenizerSettings(vocab_size=self.vocab_size, sample_size=self.tokenizer_sample_size,
                                  byte_fallback=self.byte_fallback, corpus=corpus_name)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
-
-    def to_json(self):
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, values):
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"DataConfig: unknown field(s) {unknown}; known fields: {sorted(known)}")
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, text):
-        return cls.from_dict(json.loads(text))
