@@ -1,0 +1,357 @@
+"""Translator: the SentencePiece model, the Transformer and the decoders in one tf.Module, exported
+as a SavedModel that TF Serving runs on raw UTF-8 strings.
+
+    model, sentencepiece_proto, decode_config = load_model_from_workdir("runs/wmt14")
+    translator = Translator(model, sentencepiece_proto, decode_config)
+    export_translator(translator, "exported/wmt14")          # -> exported/wmt14/<next version>/
+
+Signatures (B sentences; every output has one row per input, also for bad input):
+  serving_default   inputs (B,) string -> translations (B,) string, scores (B,) float32;
+                    beam search with the decode config's beam size and alpha (paper: 4, 0.6).
+  translate_nbest   inputs (B,) string, beam_size () int32, alpha () float32 -> translations (B, W)
+                    string, scores (B, W) float32, best first, W = beam_size clamped to
+                    [1, max_beam_size] (default 8: one traced beam search per size, picked with
+                    tf.switch_case). A negative or non-finite alpha falls back to the config's.
+  score             source (B,) string, target (B,) string -> scores (B,) float32, the
+                    log-probability of the target (with EOS) given the source by forced decoding,
+                    and lengths (B,) int32, the target tokens scored (EOS included).
+Scores of translations are beam-search scores: log-probability / ((5 + length) / 6) ** alpha.
+
+Input handling, the same in every signature: invalid UTF-8 is replaced by U+FFFD (never an error),
+surrounding ASCII whitespace is stripped (the corpora are stripped too), the source is cut to
+max_source_length - 1 SentencePiece tokens before EOS is appended (default 256 tokens with EOS, at
+most the model's positions minus the decode config's extra length), and a source that is empty
+after stripping translates to "" with score 0. The maximum output length is the source length
+(tokens with EOS) + extra_length (paper: 50), at most the model's max_length; targets given to
+`score` are cut to max_length - 1 tokens. Outputs are valid UTF-8.
+
+The export writes the configs and the SentencePiece model as assets, TF Serving warm-up requests in
+assets.extra/, into a hidden temporary directory beside the version (TF Serving ignores names that
+are not numbers), then renames it to exported/<name>/<version>: a version appears whole or not at
+all. Only ops of core TensorFlow and three tensorflow-text SentencePiece ops are used (tests check it).
+"""
+import functools
+import json
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
+from keras_transformer.decoding import beam_search
+from keras_transformer.model import Transformer
+
+MODEL_CONFIG_FILENAME = "model_config.json"
+DECODE_CONFIG_FILENAME = "decode_config.json"
+SENTENCEPIECE_FILENAME = "sentencepiece.model"
+TRANSLATOR_CONFIG_FILENAME = "translator.json"
+AVERAGED_WEIGHTS_FILENAME = "averaged.weights.h5"
+CHECKPOINTS_DIRNAME = "checkpoints"
+WARMUP_FILENAME = "tf_serving_warmup_requests"
+SIGNATURE_NAMES = ("serving_default", "translate_nbest", "score")
+DEFAULT_MAX_SOURCE_LENGTH = 256
+DEFAULT_MAX_BEAM_SIZE = 8
+WARMUP_SENTENCES = ("Hello world.", "This is a warm-up request, not a real one.")
+
+logger = logging.getLogger(__name__)
+
+
+def _require_file(path, what):
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    return path
+
+
+def load_model_from_workdir(workdir, checkpoint=None, weights=None):
+    """The trained model of a run directory, its SentencePiece model and its decoding settings.
+
+    Args:
+      workdir: the run directory: model_config.json, sentencepiece.model, optional
+        decode_config.json, checkpoints/ (tf.train.CheckpointManager of
+        tf.train.Checkpoint(model=model, ...)) and optional averaged.weights.h5.
+      checkpoint: a checkpoint prefix (".../ckpt-12") or a directory of checkpoints (its latest).
+      weights: a Keras weights file (.weights.h5), e.g. averaged checkpoints.
+      With neither: workdir/averaged.weights.h5 if present (the paper translates with averaged
+      weights), else the latest checkpoint of workdir/checkpoints.
+
+    Returns (model, sentencepiece_proto bytes, DecodeConfig). Raises FileNotFoundError naming the
+    missing path, ValueError if both checkpoint and weights are given or the weights do not fit.
+    """
+    workdir = pathlib.Path(workdir)
+    if not workdir.is_dir():
+        raise FileNotFoundError(f"workdir not found (not a directory): {workdir}")
+    if checkpoint is not None and weights is not None:
+        raise ValueError(f"give a checkpoint ({checkpoint}) or weights ({weights}), not both")
+    config = TransformerConfig.from_json(_require_file(workdir / MODEL_CONFIG_FILENAME, "model config").read_text())
+    sentencepiece_proto = _require_file(workdir / SENTENCEPIECE_FILENAME, "SentencePiece model").read_bytes()
+    decode_path = workdir / DECODE_CONFIG_FILENAME
+    decode_config = DecodeConfig.from_json(decode_path.read_text()) if decode_path.is_file() else DecodeConfig()
+    if checkpoint is None and weights is None and (workdir / AVERAGED_WEIGHTS_FILENAME).is_file():
+        weights = workdir / AVERAGED_WEIGHTS_FILENAME
+    model = Transformer(config)
+    model.build()
+    if weights is not None:
+        model.load_weights(str(_require_file(pathlib.Path(weights), "weights file")))
+        logger.info("loaded weights %s", weights)
+    else:
+        prefix = _checkpoint_prefix(pathlib.Path(checkpoint) if checkpoint else workdir / CHECKPOINTS_DIRNAME)
+        restore_checkpoint(model, prefix)
+        logger.info("restored checkpoint %s", prefix)
+    return model, sentencepiece_proto, decode_config
+
+
+def restore_checkpoint(model, prefix):
+    """Restores every trainable weight of model from a tf.train.Checkpoint(model=model, ...) prefix.
+
+    tf.train.Checkpoint follows Keras 3 layers only through attributes that are layers, not through
+    Python lists of layers (Keras wraps those in a TrackedList that TensorFlow's checkpoint graph
+    does not see), so the weights of layers kept in a list are missing under `model/`. When that
+    is so, they are taken from the optimizer's list of trainable variables in the same checkpoint
+    (`optimizer/_trainable_variables/<i>`, in model.trainable_variables order, as model.fit builds
+    it), and a warning says so. Raises ValueError if some weight is in neither place.
+    """
+    reachable = {id(trackable) for trackable in tf.train.TrackableView(model).descendants()}
+    untracked = [v.path for v in model.trainable_variables if id(v) not in reachable]
+    if not untracked:
+        status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+        status.assert_existing_objects_matched()
+        return
+    optimizer_view = tf.__internal__.tracking.AutoTrackable()
+    optimizer_view._trainable_variables = list(model.trainable_variables)
+    status = tf.train.Checkpoint(model=model, optimizer=optimizer_view).restore(prefix).expect_partial()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as error:
+        raise ValueError(
+            f"checkpoint {prefix} does not hold every weight of the model: {len(untracked)} weights "
+            f"(e.g. {untracked[0]}) are not tracked under `model/` by tf.train.Checkpoint (their layers "
+            f"are in Python lists) and the checkpoint has no optimizer list of the model's trainable "
+            f"variables to take them from") from error
+    logger.warning("%s: %d of %d model weights are not tracked under `model/` by tf.train.Checkpoint "
+                   "(layers in Python lists); restored them from optimizer/_trainable_variables",
+                   prefix, len(untracked), len(model.trainable_variables))
+
+
+def _checkpoint_prefix(path):
+    """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
+    if path.is_dir():
+        latest = tf.train.latest_checkpoint(str(path))
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint in directory {path}")
+        return latest
+    if not pathlib.Path(str(path) + ".index").is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+    return str(path)
+
+
+def _valid_utf8(texts):
+    """(N,) strings with every invalid UTF-8 sequence replaced by U+FFFD; never raises."""
+    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+
+
+class Translator(tf.Module):
+    """Raw strings in, translations out: SentencePiece (in-graph), the Transformer, beam search.
+
+    Args:
+      model: a built Transformer with its trained weights.
+      sentencepiece_proto: the serialized SentencePiece model (bytes) the model was trained with.
+      decode_config: DecodeConfig (beam size, alpha, extra length, BOS/EOS ids); default the paper's.
+      max_source_length: longest source in tokens, EOS included; longer ones are cut. Default
+        min(256, model max_length - extra_length).
+      max_beam_size: translate_nbest supports beam sizes 1..max_beam_size (one traced search each).
+
+    The signatures are in the module docstring; they are also plain tf.functions to call from
+    Python: translate(inputs), translate_nbest(inputs, beam_size, alpha), score(source, target).
+    """
+
+    def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
+                 max_beam_size=DEFAULT_MAX_BEAM_SIZE, name="translator"):
+        super().__init__(name=name)
+        self.decode_config = decode_config or DecodeConfig()
+        positions = model.config.max_length
+        if max_source_length is None:
+            max_source_length = min(DEFAULT_MAX_SOURCE_LENGTH, positions - self.decode_config.extra_length)
+        if not 2 <= max_source_length <= positions:
+            raise ValueError(f"max_source_length={max_source_length} must be in [2, model max_length="
+                             f"{positions}] (one token and EOS at least)")
+        if not 1 <= max_beam_size:
+            raise ValueError(f"max_beam_size must be >= 1, got {max_beam_size}")
+        self.model = model
+        self.sentencepiece_proto = bytes(sentencepiece_proto)
+        self.max_source_length = int(max_source_length)
+        self.max_beam_size = int(max_beam_size)
+
+    def settings(self):
+        """What the exported graph was built with (written as the translator.json asset)."""
+        return {"max_source_length": self.max_source_length, "max_beam_size": self.max_beam_size,
+                "max_output_length": f"source tokens with EOS + {self.decode_config.extra_length}, "
+                                     f"at most {self.model.config.max_length}",
+                "signatures": list(SIGNATURE_NAMES)}
+
+    # In-graph pieces. The SentencePiece op is built in each calling graph (see SubwordTokenizer).
+
+    def _sentencepiece(self):
+        return tf_text.SentencepieceTokenizer(model=self.sentencepiece_proto, out_type=tf.int32)
+
+    def _tokenize(self, texts, max_tokens):
+        """(B,) strings -> ragged (B, None) ids: clean UTF-8, stripped, at most max_tokens."""
+        return self._sentencepiece().tokenize(tf.strings.strip(_valid_utf8(texts)))[:, :max_tokens]
+
+    def _source_ids(self, texts):
+        """(B,) strings -> source_ids (B, S) int32 with EOS, 0-padded, and is_empty (B,) bool."""
+        tokens = self._tokenize(texts, self.max_source_length - 1)
+        eos = tf.fill([tokens.nrows(), 1], EOS_ID)
+        return tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID), tokens.row_lengths() == 0
+
+    def _decode(self, source_ids, is_empty, beam_size, alpha, num_return):
+        """Beam search (W = beam_size, a Python int) -> ids (B, R, T), scores (B, R)."""
+        batch_size = tf.shape(source_ids)[0]
+        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # (B,)
+        max_lengths = tf.minimum(source_lengths + self.decode_config.extra_length, self.model.config.max_length)
+        max_lengths = tf.where(is_empty, 1, max_lengths)  # its output is replaced by ""
+        max_length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch has no maximum
+        step_fn, cache = self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length)
+        result = beam_search(step_fn, cache, batch_size, beam_size, max_lengths, self.decode_config.bos_id,
+                             self.decode_config.eos_id, alpha=alpha, max_length=max_length,
+                             num_return=num_return)
+        return result["ids"], result["scores"]
+
+    def _detokenize(self, ids, scores, is_empty):
+        """ids (B, R, T), scores (B, R) -> translations (B, R) string, scores (B, R)."""
+        shape = tf.shape(ids)
+        texts = self._sentencepiece().detokenize(tf.reshape(ids, [-1, shape[2]]))  # EOS, PAD vanish
+        texts = tf.reshape(_valid_utf8(texts), shape[:2])
+        empty = is_empty[:, None]
+        return tf.where(empty, "", texts), tf.where(empty, 0.0, scores)
+
+    def _alpha(self, alpha):
+        alpha = tf.cast(alpha, tf.float32)
+        usable = tf.math.is_finite(alpha) & (alpha >= 0.0)
+        return tf.where(usable, alpha, self.decode_config.alpha)
+
+    # Signatures.
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        source_ids, is_empty = self._source_ids(inputs)
+        ids, scores = self._decode(source_ids, is_empty, self.decode_config.beam_size,
+                                   self.decode_config.alpha, num_return=1)
+        translations, scores = self._detokenize(ids, scores, is_empty)
+        return {"translations": translations[:, 0], "scores": scores[:, 0]}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
+                                  tf.TensorSpec([], tf.int32, name="beam_size"),
+                                  tf.TensorSpec([], tf.float32, name="alpha")])
+    def translate_nbest(self, inputs, beam_size, alpha):
+        source_ids, is_empty = self._source_ids(inputs)
+        alpha = self._alpha(alpha)
+        branches = [functools.partial(self._decode, source_ids, is_empty, size, alpha, size)
+                    for size in range(1, self.max_beam_size + 1)]
+        ids, scores = tf.switch_case(tf.clip_by_value(beam_size, 1, self.max_beam_size) - 1, branches)
+        translations, scores = self._detokenize(ids, scores, is_empty)
+        return {"translations": translations, "scores": scores}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="source"),
+                                  tf.TensorSpec([None], tf.string, name="target")])
+    def score(self, source, target):
+        tf.debugging.assert_equal(tf.size(source), tf.size(target),
+                                  message="score: source and target must hold as many strings")
+        source_ids, _ = self._source_ids(source)
+        tokens = self._tokenize(target, self.model.config.max_length - 1)
+        bos = tf.fill([tokens.nrows(), 1], self.decode_config.bos_id)
+        eos = tf.fill([tokens.nrows(), 1], self.decode_config.eos_id)
+        target_input = tf.concat([bos, tokens], axis=1).to_tensor(PAD_ID)  # (B, T)
+        target_output = tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID)  # (B, T)
+        logits = tf.cast(self.model((source_ids, target_input), training=False), tf.float32)  # (B, T, V)
+        log_probs = (tf.gather(logits, target_output, batch_dims=2)
+                     - tf.reduce_logsumexp(logits, axis=-1))  # (B, T)
+        scored = target_output != PAD_ID
+        return {"scores": tf.reduce_sum(tf.where(scored, log_probs, 0.0), axis=1),
+                "lengths": tf.reduce_sum(tf.cast(scored, tf.int32), axis=1)}
+
+    def signatures(self):
+        return {"serving_default": self.translate.get_concrete_function(),
+                "translate_nbest": self.translate_nbest.get_concrete_function(),
+                "score": self.score.get_concrete_function()}
+
+
+def next_version(export_dir):
+    """1 + the largest numbered version under export_dir (1 if none)."""
+    export_dir = pathlib.Path(export_dir)
+    versions = [int(p.name) for p in export_dir.iterdir() if p.name.isdigit()] if export_dir.is_dir() else []
+    return max(versions, default=0) + 1
+
+
+def _warmup_requests(model_name, decode_config, sentences):
+    """PredictionLog records, one per signature (translate_nbest at beam 1 and the default beam)."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    def record(signature_name, **inputs):
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name))
+        for key, value in inputs.items():
+            request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+        return prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+
+    texts = [s.encode("utf-8") for s in sentences]
+    yield record("serving_default", inputs=texts)
+    for beam_size in sorted({1, decode_config.beam_size}):
+        yield record("translate_nbest", inputs=texts, beam_size=tf.constant(beam_size, tf.int32),
+                     alpha=tf.constant(decode_config.alpha, tf.float32))
+    yield record("score", source=texts, target=texts)
+
+
+def _write_assets(directory, translator):
+    """The files that describe the export; returns {attribute name: path}."""
+    files = {MODEL_CONFIG_FILENAME: translator.model.config.to_json(),
+             DECODE_CONFIG_FILENAME: translator.decode_config.to_json(),
+             TRANSLATOR_CONFIG_FILENAME: json.dumps(translator.settings(), indent=2, sort_keys=True)}
+    paths = {}
+    for filename, text in files.items():
+        paths[filename] = directory / filename
+        paths[filename].write_text(text)
+    paths[SENTENCEPIECE_FILENAME] = directory / SENTENCEPIECE_FILENAME
+    paths[SENTENCEPIECE_FILENAME].write_bytes(translator.sentencepiece_proto)
+    return paths
+
+
+def export_translator(translator, export_dir, version=None, warmup_sentences=WARMUP_SENTENCES):
+    """Writes translator as SavedModel export_dir/<version> (default: the next number); returns its path.
+
+    Everything is written to a hidden temporary directory in export_dir and renamed into place, so
+    a version directory is complete whenever it exists; on any failure nothing is left behind.
+    An existing version is never overwritten (TF Serving may be serving it): FileExistsError.
+    """
+    export_dir = pathlib.Path(export_dir)
+    export_dir.mkdir(parents=True, exist_ok=True)
+    version = next_version(export_dir) if version is None else int(version)
+    if version < 0:
+        raise ValueError(f"version must be a non-negative integer, got {version}")
+    final = export_dir / str(version)
+    if final.exists():
+        raise FileExistsError(f"{final} already exists; TF Serving may be serving it, export another version")
+    temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir))
+    try:
+        with tempfile.TemporaryDirectory() as staging:
+            translator.asset_files = {filename.replace(".", "_"): tf.saved_model.Asset(str(path))
+                                      for filename, path in _write_assets(pathlib.Path(staging), translator).items()}
+            try:
+                tf.saved_model.save(translator, str(temporary), signatures=translator.signatures())
+            finally:
+                del translator.asset_files
+        warmup = temporary / "assets.extra" / WARMUP_FILENAME
+        warmup.parent.mkdir()
+        with tf.io.TFRecordWriter(str(warmup)) as writer:
+            for record in _warmup_requests(export_dir.resolve().name, translator.decode_config, warmup_sentences):
+                writer.write(record.SerializeToString())
+        os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
+        os.rename(temporary, final)  # atomic within one file system; fails if final appeared meanwhile
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    logger.info("exported %s", final)
+    return final
