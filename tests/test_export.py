@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,6 +24,15 @@ REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 SENTENCEPIECE_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
 # Registered in core TensorFlow but unusable by a model server: they call back into Python.
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Replaces tests/conftest.py's for this module: its tf.random.set_seed clears TensorFlow's eager
+    caches, so every test would instantiate the SavedModel's functions anew (1 to 2 s per signature).
+    These tests draw no random numbers."""
+    keras.config.set_dtype_policy("float32")
+    yield
 
 
 @pytest.fixture(scope="module")

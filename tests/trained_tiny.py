@@ -31,9 +31,9 @@ def train_tiny_workdir(workdir: pathlib.Path) -> pathlib.Path:
     workdir.mkdir(parents=True, exist_ok=True)
     keras.utils.set_random_seed(0)
     corpus = NumbersCorpus(num_train=4_000, num_validation=100, num_test=100, seed=3)
-    # One bucket of 40 positions: every batch has the same shape, so fit traces its step once.
-    data_config = DataConfig(dataset="numbers", vocab_size=400, tokens_per_batch=2_000, max_length=40,
-                             min_bucket_length=40, shuffle_buffer_size=4_000)
+    # One bucket of 32 positions: every batch has the same shape, so fit traces its step once.
+    data_config = DataConfig(dataset="numbers", vocab_size=400, tokens_per_batch=1_600, max_length=32,
+                             min_bucket_length=32, shuffle_buffer_size=4_000)
     tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(),
                                         data_config.tokenizer_settings(corpus.name))
     config = TransformerConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=128,

@@ -1,0 +1,55 @@
+"""Export a run as a SavedModel that translates raw strings, in the layout TF Serving watches.
+
+    python -m pipelines.export --workdir runs/wmt14 [--checkpoint runs/wmt14/checkpoints/ckpt-20]
+        [--weights runs/wmt14/averaged.weights.h5] [--export-dir exported/wmt14] [--version N]
+        [--max-source-length 256] [--max-beam-size 8]
+
+Restores the run's model (its averaged.weights.h5 if it has one, else its latest checkpoint, unless
+--checkpoint or --weights says otherwise), wraps it with its SentencePiece model and decoding settings
+in a keras_transformer.export.Translator and writes --export-dir/<version> (default: the next
+number) atomically. Prints the path of the new version.
+"""
+import argparse
+import logging
+import pathlib
+
+from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, Translator, export_translator, load_model_from_workdir
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m pipelines.export", description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, type=pathlib.Path, help="the run directory")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", type=pathlib.Path,
+                        help="a checkpoint prefix (.../ckpt-20) or a directory of checkpoints (its latest)")
+    source.add_argument("--weights", type=pathlib.Path, help="a Keras .weights.h5 file (e.g. averaged weights)")
+    parser.add_argument("--export-dir", type=pathlib.Path,
+                        help="where the numbered versions go (default: exported/<workdir name>)")
+    parser.add_argument("--version", type=int, help="version number (default: the next one)")
+    parser.add_argument("--max-source-length", type=int,
+                        help="sources are cut to this many tokens, EOS included (default: min(256, "
+                             "model max_length - extra_length))")
+    parser.add_argument("--max-beam-size", type=int, default=DEFAULT_MAX_BEAM_SIZE,
+                        help="translate_nbest supports beam sizes 1..this")
+    return parser, parser.parse_args(argv)
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    export_dir = args.export_dir or pathlib.Path("exported") / args.workdir.resolve().name
+    try:
+        model, sentencepiece_proto, decode_config = load_model_from_workdir(args.workdir, args.checkpoint,
+                                                                            args.weights)
+        translator = Translator(model, sentencepiece_proto, decode_config,
+                                max_source_length=args.max_source_length, max_beam_size=args.max_beam_size)
+        path = export_translator(translator, export_dir, version=args.version)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(path)
+    return path
+
+
+if __name__ == "__main__":
+    main()

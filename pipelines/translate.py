@@ -1,0 +1,139 @@
+"""Translate lines of text with an exported SavedModel or a run directory: stdin or a file -> stdout.
+
+    python -m pipelines.translate --model exported/wmt14 < input.en > output.de
+    python -m pipelines.translate --model runs/wmt14 --input newstest2014.en --output hyp.de \
+        [--beam-size 4] [--alpha 0.6] [--batch-size 64] [--checkpoint ...]
+
+--model is a SavedModel version (a directory with saved_model.pb), an export directory of numbered
+versions (the highest is used, as TF Serving does), or a run directory (model_config.json; its
+averaged weights or latest checkpoint, or --checkpoint). One translation per input line, in order;
+lines are batched by length, and a progress bar runs on stderr when reading a file. Without
+--beam-size the model's own decoding settings apply (paper: beam 4, alpha 0.6).
+"""
+import argparse
+import dataclasses
+import json
+import logging
+import pathlib
+import sys
+
+import tensorflow as tf
+from tqdm import tqdm
+
+from keras_transformer import export
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m pipelines.translate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, type=pathlib.Path,
+                        help="SavedModel directory, export directory of versions, or run directory")
+    parser.add_argument("--checkpoint", type=pathlib.Path, help="with a run directory: the checkpoint to use")
+    parser.add_argument("--input", type=pathlib.Path, help="text file, one sentence per line (default: stdin)")
+    parser.add_argument("--output", type=pathlib.Path, help="where translations go (default: stdout)")
+    parser.add_argument("--beam-size", type=int, help="beam size (default: the model's decode config)")
+    parser.add_argument("--alpha", type=float, help="length penalty exponent (default: the model's)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    return parser, parser.parse_args(argv)
+
+
+def find_saved_model(path):
+    """path itself if it is a SavedModel, else its highest numbered version that is one, else None."""
+    if (path / "saved_model.pb").is_file():
+        return path
+    versions = [int(p.name) for p in path.iterdir() if p.name.isdigit() and (p / "saved_model.pb").is_file()]
+    return path / str(max(versions)) if versions else None
+
+
+def saved_model_translator(path, beam_size, alpha):
+    """batch of bytes -> translations (B,) with the SavedModel at path: serving_default, or
+    translate_nbest's best when a beam size or alpha is given."""
+    assets = path / "assets"
+    decode_config = json.loads((assets / export.DECODE_CONFIG_FILENAME).read_text())
+    max_beam_size = json.loads((assets / export.TRANSLATOR_CONFIG_FILENAME).read_text())["max_beam_size"]
+    if beam_size is not None and beam_size > max_beam_size:
+        raise ValueError(f"--beam-size {beam_size} exceeds the largest beam size of {path}: {max_beam_size}")
+    loaded = tf.saved_model.load(str(path))
+    if beam_size is None and alpha is None:
+        serving_default = loaded.signatures["serving_default"]
+        return lambda batch: serving_default(inputs=tf.constant(batch))["translations"]
+    nbest = loaded.signatures["translate_nbest"]
+    beam_size = tf.constant(decode_config["beam_size"] if beam_size is None else beam_size)
+    alpha = tf.constant(decode_config["alpha"] if alpha is None else alpha, tf.float32)
+    return lambda batch: nbest(inputs=tf.constant(batch), beam_size=beam_size, alpha=alpha)["translations"][:, 0]
+
+
+def workdir_translator(workdir, checkpoint, beam_size, alpha):
+    """batch of bytes -> translations (B,) with the run's model, decoded in this process."""
+    model, sentencepiece_proto, decode_config = export.load_model_from_workdir(workdir, checkpoint)
+    overrides = {key: value for key, value in (("beam_size", beam_size), ("alpha", alpha)) if value is not None}
+    translator = export.Translator(model, sentencepiece_proto, dataclasses.replace(decode_config, **overrides))
+    return lambda batch: translator.translate(tf.constant(batch))["translations"]
+
+
+def resolve_model(args):
+    """("workdir" or "saved_model", path) for --model; raises naming the path when it is neither."""
+    path = args.model
+    if not path.is_dir():
+        raise FileNotFoundError(f"model not found (not a directory): {path}")
+    if (path / export.MODEL_CONFIG_FILENAME).is_file():
+        return "workdir", path
+    saved_model = find_saved_model(path)
+    if saved_model is None:
+        raise FileNotFoundError(f"{path} is neither a SavedModel (saved_model.pb), a directory of numbered "
+                                f"SavedModel versions, nor a run directory ({export.MODEL_CONFIG_FILENAME})")
+    if args.checkpoint is not None:
+        raise ValueError(f"--checkpoint applies to a run directory, not to the SavedModel {saved_model}")
+    return "saved_model", saved_model
+
+
+def check_arguments(args):
+    """Every path and number checked before anything slow runs (or stdin is read)."""
+    if args.input is not None and not args.input.is_file():
+        raise FileNotFoundError(f"input file not found: {args.input}")
+    if args.output is not None and not args.output.parent.is_dir():
+        raise FileNotFoundError(f"output directory not found: {args.output.parent}")
+    if args.beam_size is not None and args.beam_size < 1:
+        raise ValueError(f"--beam-size must be >= 1, got {args.beam_size}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    return resolve_model(args)
+
+
+def translate_lines(translate_batch, lines, batch_size, progress=False):
+    """Translations of lines (bytes) in their order; batches hold lines of similar length."""
+    order = sorted(range(len(lines)), key=lambda index: len(lines[index]))
+    translations = [b""] * len(lines)
+    with tqdm(total=len(lines), disable=not progress, unit="sentence", file=sys.stderr) as bar:
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
+            for index, translation in zip(indices, translate_batch([lines[i] for i in indices]).numpy()):
+                translations[index] = translation
+            bar.update(len(indices))
+    return translations
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    try:
+        kind, path = check_arguments(args)
+        lines = args.input.read_bytes().splitlines() if args.input else sys.stdin.buffer.read().splitlines()
+        if kind == "workdir":
+            translate_batch = workdir_translator(path, args.checkpoint, args.beam_size, args.alpha)
+        else:
+            logging.getLogger("keras_transformer").info("translating with %s", path)
+            translate_batch = saved_model_translator(path, args.beam_size, args.alpha)
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    translations = translate_lines(translate_batch, lines, args.batch_size, progress=args.input is not None)
+    text = b"".join(translation + b"\n" for translation in translations)
+    if args.output is None:
+        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.flush()
+    else:
+        args.output.write_bytes(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""python -m pipelines.export and python -m pipelines.translate on the tiny trained run directory."""
+import io
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import pytest
+import tensorflow as tf
+
+from pipelines import export as export_pipeline
+from pipelines import translate as translate_pipeline
+from tests.trained_tiny import SENTENCES, tiny_saved_model, tiny_workdir  # noqa: F401
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+LINES = [SENTENCES[0], "", SENTENCES[1], "  ", SENTENCES[2], SENTENCES[3]]
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Replaces tests/conftest.py's: its tf.random.set_seed clears TensorFlow's eager caches, which
+    costs every SavedModel function a new instantiation; nothing here draws random numbers."""
+    keras.config.set_dtype_policy("float32")
+    yield
+
+
+def run_module(module, *args, stdin=None):
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    process = subprocess.run([sys.executable, "-m", module, *map(str, args)], input=stdin, capture_output=True,
+                             env=env, cwd=REPOSITORY, timeout=600)
+    assert process.returncode == 0, process.stderr.decode()[-3000:]
+    return process.stdout.decode()
+
+
+@pytest.mark.slow
+def test_export_then_translate(tiny_workdir, tmp_path, monkeypatch, capsys):
+    export_dir = tmp_path / "exported" / "numbers"
+    printed = run_module("pipelines.export", "--workdir", tiny_workdir, "--export-dir", export_dir,
+                         "--max-beam-size", "2", "--max-source-length", "64")
+    assert printed.strip() == str(export_dir / "1")
+    assert (export_dir / "1" / "assets.extra" / "tf_serving_warmup_requests").is_file()
+    source = tmp_path / "input.txt"
+    source.write_text("".join(line + "\n" for line in LINES))
+
+    # The run directory, decoded in a subprocess with the settings of its decode config: stdin -> stdout.
+    from_workdir = run_module("pipelines.translate", "--model", tiny_workdir, stdin=source.read_bytes())
+    from_workdir = from_workdir.splitlines()
+    assert len(from_workdir) == len(LINES)
+    assert from_workdir[0] == "einundzwanzig" and from_workdir[1] == from_workdir[3] == ""
+
+    # The export directory (its latest version, serving_default), file -> file, batches of 2; in
+    # this process, to spare a third TensorFlow start-up.
+    output = tmp_path / "output.txt"
+    translate_pipeline.main(["--model", str(export_dir), "--input", str(source), "--output", str(output),
+                             "--batch-size", "2"])
+    assert output.read_text().splitlines() == from_workdir
+
+    # translate_nbest at beam 1 (greedy): stdin -> stdout.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(source.read_bytes())))
+    capsys.readouterr()
+    translate_pipeline.main(["--model", str(export_dir / "1"), "--beam-size", "1"])
+    assert capsys.readouterr().out.splitlines()[:2] == ["einundzwanzig", ""]
+
+
+def test_translate_keeps_the_order_of_lines_batched_by_length():
+    lines = [b"ccc", b"a", b"", b"bb", b"dddd", b"e"]
+    batches = []
+
+    def translate_batch(batch):
+        batches.append(batch)
+        return tf.constant([line.upper() for line in batch])
+
+    translations = translate_pipeline.translate_lines(translate_batch, lines, batch_size=4)
+    assert translations == [line.upper() for line in lines]
+    assert batches == [[b"", b"a", b"e", b"bb"], [b"ccc", b"dddd"]]
+
+
+def test_saved_model_lookup_and_beam_size_limit(tiny_saved_model):
+    assert translate_pipeline.find_saved_model(tiny_saved_model.parent) == tiny_saved_model
+    assert translate_pipeline.find_saved_model(tiny_saved_model) == tiny_saved_model
+    with pytest.raises(ValueError, match="exceeds the largest beam size"):
+        translate_pipeline.saved_model_translator(tiny_saved_model, 99, None)
+
+
+def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
+    missing = tmp_path / "missing"
+    cases = [
+        (export_pipeline.main, ["--workdir", str(missing)], str(missing)),
+        (export_pipeline.main, ["--workdir", str(tiny_workdir), "--checkpoint", str(missing / "ckpt-1")],
+         str(missing / "ckpt-1")),
+        (export_pipeline.main, ["--workdir", str(tiny_workdir), "--export-dir", str(tiny_saved_model.parent),
+                                "--version", "1"], str(tiny_saved_model)),
+        (translate_pipeline.main, ["--model", str(missing)], str(missing)),
+        (translate_pipeline.main, ["--model", str(tmp_path)], f"{tmp_path} is neither a SavedModel"),
+        (translate_pipeline.main, ["--model", str(tiny_saved_model), "--input", str(missing)], str(missing)),
+        (translate_pipeline.main, ["--model", str(tiny_saved_model), "--output", str(missing / "out.txt")],
+         str(missing)),
+    ]
+    for main, argv, named in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert named in capsys.readouterr().err
