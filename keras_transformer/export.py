@@ -109,17 +109,20 @@ def restore_checkpoint(model, prefix):
 
     tf.train.Checkpoint follows Keras 3 layers only through attributes that are layers, not through
     Python lists of layers (Keras wraps those in a TrackedList that TensorFlow's checkpoint graph
-    does not see), so the weights of layers kept in a list are missing under `model/`. When that
-    is so, they are taken from the optimizer's list of trainable variables in the same checkpoint
-    (`optimizer/_trainable_variables/<i>`, in model.trainable_variables order, as model.fit builds
-    it), and a warning says so. Raises ValueError if some weight is in neither place.
+    does not see): the encoder and decoder stacks keep their layers in a list, so their weights are
+    missing under `model/`. They are then taken from the optimizer's list of trainable variables
+    in the same checkpoint (`optimizer/_trainable_variables/<i>`, in model.trainable_variables
+    order, as model.fit builds it), with a warning. Raises ValueError if a weight is in neither.
     """
+    status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
     reachable = {id(trackable) for trackable in tf.train.TrackableView(model).descendants()}
     untracked = [v.path for v in model.trainable_variables if id(v) not in reachable]
-    if not untracked:
-        status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+    try:
         status.assert_existing_objects_matched()
-        return
+        if not untracked:
+            return
+    except AssertionError:  # a checkpoint written while the model's tracking was incomplete
+        pass
     optimizer_view = tf.__internal__.tracking.AutoTrackable()
     optimizer_view._trainable_variables = list(model.trainable_variables)
     status = tf.train.Checkpoint(model=model, optimizer=optimizer_view).restore(prefix).expect_partial()
@@ -127,13 +130,11 @@ def restore_checkpoint(model, prefix):
         status.assert_existing_objects_matched()
     except AssertionError as error:
         raise ValueError(
-            f"checkpoint {prefix} does not hold every weight of the model: {len(untracked)} weights "
-            f"(e.g. {untracked[0]}) are not tracked under `model/` by tf.train.Checkpoint (their layers "
-            f"are in Python lists) and the checkpoint has no optimizer list of the model's trainable "
-            f"variables to take them from") from error
-    logger.warning("%s: %d of %d model weights are not tracked under `model/` by tf.train.Checkpoint "
-                   "(layers in Python lists); restored them from optimizer/_trainable_variables",
-                   prefix, len(untracked), len(model.trainable_variables))
+            f"checkpoint {prefix} does not hold every weight of the model under `model/`, nor an "
+            f"optimizer list of the model's trainable variables to take them from") from error
+    logger.warning("%s: weights missing under `model/` (tf.train.Checkpoint does not follow layers kept in "
+                   "Python lists); restored all %d trainable weights from optimizer/_trainable_variables",
+                   prefix, len(model.trainable_variables))
 
 
 def _checkpoint_prefix(path):

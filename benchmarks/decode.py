@@ -1,0 +1,114 @@
+"""Decoding (greedy or beam search) of keras_transformer at a preset, random weights, fixed shapes.
+
+    python benchmarks/decode.py --preset base --vocab-size 32000 --batch-size 64 --source-length 25 \
+        --output-length 25 --beam-size 4 --threads 2 [--no-cache] [--saved-model] [--jit-compile]
+
+Every sentence decodes exactly --output-length tokens, as the peer harness forces its peers:
+min_length = max_length = output length (EOS is forbidden before, and the search stops there).
+Sources are --source-length tokens, the last one EOS, the others drawn uniformly. Beam search uses
+alpha 0.6; --beam-size 1 is greedy decoding. Prints one JSON line, timed as the peer harness times
+(best of 3 after 1 warm-up): {"task": "decode", "beam": W, "seconds": ..., "target_tokens_per_second":
+batch * output_length / seconds, ...}.
+
+  --no-cache     decode by full recomputation: at every step the decoder reruns over the whole
+                 prefix (the encoder still runs once), to show what the key/value cache gains.
+  --saved-model  time the decoder exported with tf.saved_model.save and loaded back from disk.
+  --jit-compile  compile the decoding function with XLA.
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.common import base_parser, best_of, emit, log, setup_tensorflow  # noqa: E402
+
+ALPHA = 0.6
+
+
+def full_recomputation_step_fn(tf, model, source_ids, beam_size, cache_length):
+    """(step_fn, initial_cache) like Transformer.decoding_step_fn, without the key/value cache: the
+    cache is the prefix (B*W, L), and every step runs the decoder over prefix[:, :step + 1]."""
+    memory, source_padding_mask = model.encode(source_ids, training=False)
+    memory = tf.repeat(memory, beam_size, axis=0)  # (B*W, S, D), batch-major
+    source_padding_mask = tf.repeat(source_padding_mask, beam_size, axis=0)  # (B*W, S)
+
+    def step_fn(ids, step, prefix):
+        prefix = tf.where(tf.range(cache_length) == step, ids[:, None], prefix)  # (B*W, L)
+        logits = model.decode(prefix[:, :step + 1], memory, source_padding_mask)  # (B*W, step + 1, V)
+        return logits[:, -1, :], prefix
+
+    rows = source_ids.shape[0] * beam_size
+    return step_fn, tf.zeros([rows, cache_length], tf.int32)
+
+
+def make_decoder(tf, model, args):
+    """A tf.function source_ids (B, S) -> (ids (B, T), lengths (B,)) of the best hypotheses."""
+    from keras_transformer import BOS_ID, EOS_ID
+    from keras_transformer.decoding import beam_search
+
+    batch_size, length, beam_size = args.batch_size, args.output_length, args.beam_size
+
+    @tf.function(input_signature=[tf.TensorSpec([batch_size, args.source_length], tf.int32)],
+                 jit_compile=args.jit_compile)
+    def decode(source_ids):
+        if args.no_cache:
+            step_fn, cache = full_recomputation_step_fn(tf, model, source_ids, beam_size, length)
+        else:
+            step_fn, cache = model.decoding_step_fn(source_ids, beam_size, cache_length=length)
+        result = beam_search(step_fn, cache, batch_size, beam_size, tf.fill([batch_size], length), BOS_ID,
+                             EOS_ID, alpha=ALPHA, max_length=length, num_return=1, min_length=length)
+        return result["ids"][:, 0], result["lengths"][:, 0]
+
+    return decode
+
+
+def through_saved_model(tf, model, decode, directory):
+    """The module holding decode as exported with tf.saved_model.save and loaded back (the caller
+    keeps it: its variables die with it)."""
+    module = tf.Module()
+    module.model = model
+    module.decode = decode
+    tf.saved_model.save(module, directory)
+    return tf.saved_model.load(directory)
+
+
+def main():
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--source-length", type=int, default=25)
+    parser.add_argument("--output-length", type=int, default=25)
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--no-cache", action="store_true", help="decode by full recomputation")
+    parser.add_argument("--saved-model", action="store_true", help="time a SavedModel loaded from disk")
+    args = parser.parse_args()
+    if args.no_cache and args.jit_compile:
+        parser.error("--no-cache decodes a prefix that grows every step, which XLA cannot compile")
+    tf = setup_tensorflow(args)
+    import keras
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
+    tokens = tf.random.uniform((args.batch_size, args.source_length - 1), 4, args.vocab_size, tf.int32)
+    source_ids = tf.concat([tokens, tf.fill([args.batch_size, 1], kt.EOS_ID)], axis=1)  # (B, S)
+    decode = make_decoder(tf, model, args)
+    with tempfile.TemporaryDirectory() as directory:
+        if args.saved_model:
+            loaded = through_saved_model(tf, model, decode, directory)
+            decode = loaded.decode
+        _, lengths = decode(source_ids)
+        if not bool(tf.reduce_all(lengths == args.output_length)):
+            raise AssertionError(f"output lengths {lengths.numpy()} are not all {args.output_length}")
+        timing = best_of(lambda: decode(source_ids)[0].numpy(), runs=args.runs)
+    tokens = args.batch_size * args.output_length
+    log(f"keras_transformer decode, beam {args.beam_size}{', no cache' if args.no_cache else ''}"
+        f"{', SavedModel' if args.saved_model else ''}: {timing['seconds']:.2f} s, "
+        f"{tokens / timing['seconds']:.0f} target tok/s")
+    emit(task="decode", beam=args.beam_size, preset=args.preset, threads=args.threads, batch=args.batch_size,
+         source_length=args.source_length, output_length=args.output_length, cache=not args.no_cache,
+         saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn, **timing,
+         target_tokens_per_second=round(tokens / timing["seconds"], 1))
+
+
+if __name__ == "__main__":
+    main()
