@@ -1,7 +1,9 @@
 # ---
 # jupyter:
+#   accelerator: GPU
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: accelerator
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -183,11 +185,11 @@ print(f"{PRESET}: {model.count_params():,} parameters")
 
 # %%
 log_dir = workdir / "logs"
-if TENSORBOARD:
+if TENSORBOARD:  # off when run headless (CI): %tensorboard would leave a TensorBoard server running
+    print(f"TensorBoard on {log_dir}")
     # %tensorboard --logdir $log_dir
-    pass
 else:
-    print(f"TensorBoard: tensorboard --logdir {log_dir}")
+    print(f"TensorBoard: run `tensorboard --logdir {log_dir}`")
 
 # %%
 epochs = 10
