@@ -21,7 +21,7 @@
 # signatures, builds the JSON request bodies that TF Serving's REST API takes, runs each through
 # the loaded signature the way the server would, and compares n-best outputs and their scores.
 #
-# It serves `SAVED_MODEL`, by default `exported/numbers`, what `train_transformer.ipynb` exports
+# It serves `SAVED_MODEL`, by default `exported/numbers-tiny`, what `train_transformer.ipynb` exports
 # offline; when that is absent it first trains the `tiny` preset on the offline `numbers` corpus for
 # a few hundred steps and exports it there. The saved outputs come from that setting.
 
@@ -49,7 +49,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN kernels on AMD CPU
 # with the same request bodies.
 
 # %% tags=["parameters"]
-SAVED_MODEL = os.environ.get("KT_NOTEBOOK_SAVED_MODEL", "exported/numbers")
+SAVED_MODEL = os.environ.get("KT_NOTEBOOK_SAVED_MODEL", "exported/numbers-tiny")
 STEPS = int(os.environ.get("KT_NOTEBOOK_STEPS", "200"))  # training steps of the tiny model made if absent
 SENTENCES = ["twenty-one", "three hundred and forty-five", "seven thousand, two hundred", "ninety-nine"]
 SERVING_URL = os.environ.get("KT_SERVING_URL", "")
@@ -122,7 +122,8 @@ for name, function in loaded.signatures.items():
         print(f"  input  {key:12s} {spec.dtype.name:8s} {spec.shape}")
     for key, spec in sorted(function.structured_outputs.items()):
         print(f"  output {key:12s} {spec.dtype.name:8s} {spec.shape}")
-print("\ntranslator.json:", (saved_model / "assets" / "translator.json").read_text())
+translator_settings = json.loads((saved_model / "assets" / "translator.json").read_text())
+print("\ntranslator.json:", json.dumps(translator_settings, indent=1))
 
 # %% [markdown]
 # `saved_model_cli`, which comes with TensorFlow, shows the same from the command line:
@@ -188,10 +189,13 @@ for name, request in requests.items():
 # The same requests against a real server: start TF Serving on the model directory (it serves the
 # highest version and replays the warm-up requests in `assets.extra/` before answering)
 #
-#     docker run -p 8501:8501 --mount type=bind,source=$PWD/exported/numbers,target=/models/numbers \
-#         -e MODEL_NAME=numbers tensorflow/serving
+#     docker run --rm -p 8501:8501 -v "$PWD/exported/numbers-tiny:/models/numbers-tiny" \
+#         -e MODEL_NAME=numbers-tiny tensorflow/serving:2.20.0
 #
-# then send a body, e.g. `curl -d '{"instances": ["twenty-one"]}' http://localhost:8501/v1/models/numbers:predict`.
+# then send a body, e.g.
+# `curl -d '{"instances": ["twenty-one"]}' http://localhost:8501/v1/models/numbers-tiny:predict`.
+# (The 2.20 image links TF Text 2.20; the export uses only core TensorFlow ops and the three
+# SentencePiece ops that TF Text 2.20 has too, so it loads there.)
 # With `SERVING_URL` set, the next cell posts every request above and compares the answers.
 
 # %%
@@ -215,7 +219,7 @@ else:
 # favours longer outputs.
 
 # %%
-beam_size, alpha = 6, 0.6
+beam_size, alpha = min(6, translator_settings["max_beam_size"]), 0.6  # larger beams are clamped to the maximum
 nbest = loaded.signatures["translate_nbest"](inputs=tf.constant(SENTENCES), beam_size=tf.constant(beam_size),
                                              alpha=tf.constant(alpha))
 translations, beam_scores = nbest["translations"].numpy(), nbest["scores"].numpy()  # (B, W)
@@ -238,7 +242,7 @@ plt.show()
 # The best translation as the beam size and alpha change (beam 1 is greedy decoding):
 
 # %%
-for beam in (1, 4, 8):
+for beam in sorted({1, 4, translator_settings["max_beam_size"]}):
     for alpha in (0.0, 2.0):
         result = loaded.signatures["translate_nbest"](inputs=tf.constant(SENTENCES[:2]), beam_size=tf.constant(beam),
                                                       alpha=tf.constant(alpha))

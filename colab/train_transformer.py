@@ -71,6 +71,7 @@ import numpy as np
 import sacrebleu
 import sentencepiece
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops an exported SavedModel uses
 
 import keras_transformer as kt
 from keras_transformer.data import DataConfig, get_corpus, load_or_train_tokenizer, make_corpus_dataset
@@ -272,16 +273,13 @@ plt.show()
 # %% [markdown]
 # ## Export the SavedModel and call it
 #
-# `export_translator` writes `exported/<name>/<version>/` in the layout TF Serving reads, with the
+# `export_translator` writes `exported/<dataset>-<preset>/<version>/` in the layout TF Serving reads, with the
 # SentencePiece model and configs as assets and warm-up requests. The exported graph needs only
 # TensorFlow and tensorflow-text: see `serve_and_query.ipynb` for querying it as TF Serving would.
 
 # %%
-saved_model_dir = export_translator(translator, pathlib.Path(EXPORT_DIR) / DATASET)
+saved_model_dir = export_translator(translator, pathlib.Path(EXPORT_DIR) / f"{DATASET}-{PRESET}")
 print("exported", saved_model_dir)
-
-import tensorflow_text  # noqa: F401,E402  registers the SentencePiece ops the SavedModel uses
-
 loaded = tf.saved_model.load(str(saved_model_dir))
 print("signatures:", sorted(loaded.signatures))
 served = loaded.signatures["serving_default"](inputs=tf.constant(sources[:3]))

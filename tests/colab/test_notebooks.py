@@ -60,21 +60,26 @@ def stdout_of(notebook):
 
 
 @pytest.mark.slow
-def test_train_transformer_runs_offline(tmp_path):
+def test_train_transformer_runs_offline_and_serve_and_query_serves_its_export(tmp_path):
     notebook = execute_notebook("train_transformer", tmp_path)  # raises on the first failing cell
     assert png_outputs(notebook) == EXPECTED_PLOTS["train_transformer"]
-    assert (tmp_path / "exported" / "numbers" / "1" / "saved_model.pb").is_file()
+    assert (tmp_path / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
     assert (tmp_path / "runs" / "notebook" / "logs").is_dir()  # TensorBoard's event files
     output = stdout_of(notebook)
     assert "dataset numbers, preset tiny" in output
     assert "signatures: ['score', 'serving_default', 'translate_nbest']" in output
+
+    # In the same directory (one Colab runtime), the second notebook serves the first one's export.
+    output = stdout_of(execute_notebook("serve_and_query", tmp_path))
+    assert "not found" not in output
+    assert "serving exported/numbers-tiny/1: model 'numbers-tiny', version 1" in output
 
 
 @pytest.mark.slow
 def test_serve_and_query_makes_a_model_when_none_is_given_and_queries_it(tmp_path):
     notebook = execute_notebook("serve_and_query", tmp_path)
     assert png_outputs(notebook) == EXPECTED_PLOTS["serve_and_query"]
-    assert (tmp_path / "exported" / "numbers" / "1" / "saved_model.pb").is_file()
+    assert (tmp_path / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
     responses = [json.loads(line.split("-> ", 1)[1]) for line in stdout_of(notebook).splitlines() if "  -> {" in line]
     assert [sorted(response) for response in responses] == [["predictions"], ["outputs"], ["predictions"]]
     assert sorted(responses[0]["predictions"][0]) == ["scores", "translations"]
