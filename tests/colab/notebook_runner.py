@@ -1,13 +1,15 @@
 """Executes the colab/ notebooks as CI does: offline, tiny preset, numbers corpus, in a scratch directory.
 
-    python -m tests.colab.notebook_runner           # execute both, report errors and timings
-    python -m tests.colab.notebook_runner --save    # also write the outputs into colab/*.ipynb
+    python -m tests.colab.notebook_runner                      # execute both; report errors and timings
+    python -m tests.colab.notebook_runner --output-dir colab   # and write their outputs into colab/*.ipynb
 
-`--save` is how the committed notebooks get their outputs (the plots a reader sees on GitHub);
-run `jupytext --sync colab/*.py` first if you edited the paired .py files. It leaves out the
-stderr streams (TensorFlow's and SentencePiece's C++ logs, Python warnings), which only add noise.
+`--output-dir colab` is how the committed notebooks get their outputs (the plots a reader sees on
+GitHub); run `jupytext --sync colab/*.py` first if you edited the paired .py files. The written
+notebooks leave out the stderr streams (TensorFlow's and SentencePiece's C++ logs, Python warnings),
+which only add noise.
 """
 import argparse
+import contextlib
 import os
 import pathlib
 import sys
@@ -64,19 +66,27 @@ def without_stderr(notebook):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--save", action="store_true", help="write the outputs into colab/*.ipynb")
     parser.add_argument("notebooks", nargs="*", help=f"some of {', '.join(NOTEBOOKS)} (default: both)")
+    parser.add_argument("--output-dir", type=pathlib.Path,
+                        help="write the executed notebooks there (colab: refresh the committed outputs)")
+    parser.add_argument("--workdir", type=pathlib.Path,
+                        help="run every notebook in this directory, in order, so serve_and_query serves "
+                             "train_transformer's export (default: a new temporary directory for each)")
     args = parser.parse_args()
     unknown = set(args.notebooks) - set(NOTEBOOKS)
     if unknown:
         parser.error(f"unknown notebooks {sorted(unknown)}; known: {', '.join(NOTEBOOKS)}")
     for name in args.notebooks or NOTEBOOKS:
-        with tempfile.TemporaryDirectory(prefix=f"{name}-") as workdir:
+        with contextlib.ExitStack() as stack:
+            if args.workdir:
+                args.workdir.mkdir(parents=True, exist_ok=True)
+            workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{name}-"))
             start = time.monotonic()
             notebook = execute_notebook(name, workdir)
             print(f"{name}: ran in {time.monotonic() - start:.0f} s, {png_outputs(notebook)} PNG outputs")
-        if args.save:
-            nbformat.write(without_stderr(notebook), COLAB / f"{name}.ipynb")
+        if args.output_dir:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+            nbformat.write(without_stderr(notebook), args.output_dir / f"{name}.ipynb")
     return 0
 
 

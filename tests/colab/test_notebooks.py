@@ -2,13 +2,15 @@
 show the plots, and it runs top to bottom offline (tiny preset, numbers corpus) in a scratch directory.
 """
 import json
+import subprocess
+import sys
 
 import jupytext
 import nbformat
 import pytest
 from jupytext.compare import NotebookDifference, compare_notebooks
 
-from tests.colab.notebook_runner import COLAB, NOTEBOOKS, execute_notebook, png_outputs
+from tests.colab.notebook_runner import COLAB, NOTEBOOKS, REPOSITORY, execute_notebook, png_outputs
 
 # train_transformer: the learning-rate schedule, the loss history, the attention heat-map;
 # serve_and_query: the n-best scores.
@@ -77,10 +79,18 @@ def test_train_transformer_runs_offline_and_serve_and_query_serves_its_export(tm
 
 @pytest.mark.slow
 def test_serve_and_query_makes_a_model_when_none_is_given_and_queries_it(tmp_path):
-    notebook = execute_notebook("serve_and_query", tmp_path)
+    """Through the runner's command line, as the README has it (another output directory)."""
+    process = subprocess.run([sys.executable, "-m", "tests.colab.notebook_runner", "serve_and_query",
+                              "--workdir", str(tmp_path / "work"), "--output-dir", str(tmp_path / "out")],
+                             cwd=REPOSITORY, capture_output=True, text=True, timeout=900)
+    assert process.returncode == 0, process.stderr[-5000:]
+    assert "serve_and_query: ran in" in process.stdout
+    notebook = nbformat.read(tmp_path / "out" / "serve_and_query.ipynb", as_version=4)
     assert png_outputs(notebook) == EXPECTED_PLOTS["serve_and_query"]
-    assert (tmp_path / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
-    responses = [json.loads(line.split("-> ", 1)[1]) for line in stdout_of(notebook).splitlines() if "  -> {" in line]
+    assert (tmp_path / "work" / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
+    output = stdout_of(notebook)
+    assert "exported/numbers-tiny not found: training the tiny preset" in output
+    responses = [json.loads(line.split("-> ", 1)[1]) for line in output.splitlines() if "  -> {" in line]
     assert [sorted(response) for response in responses] == [["predictions"], ["outputs"], ["predictions"]]
     assert sorted(responses[0]["predictions"][0]) == ["scores", "translations"]
     assert len(responses[1]["outputs"]["translations"][0]) == 3  # beam_size 3
