@@ -55,7 +55,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN kernels on AMD CPU
 DATASET = os.environ.get("KT_NOTEBOOK_DATASET", "auto")     # "wmt14", "numbers" or "auto"
 PRESET = os.environ.get("KT_NOTEBOOK_PRESET", "auto")       # "tiny", "base", "big" or "auto"
 STEPS = int(os.environ.get("KT_NOTEBOOK_STEPS", "0"))       # training steps; 0: the dataset's default
-WORKDIR = os.environ.get("KT_NOTEBOOK_WORKDIR", "runs/notebook")
+RUNS_DIR = os.environ.get("KT_NOTEBOOK_RUNS_DIR", "runs")  # the run writes runs/<dataset>-<preset>/
 EXPORT_DIR = os.environ.get("KT_NOTEBOOK_EXPORT_DIR", "exported")
 TENSORBOARD = os.environ.get("KT_NOTEBOOK_TENSORBOARD", "1") == "1"  # start TensorBoard inline
 SEED = 0
@@ -120,7 +120,7 @@ else:
     train_config = kt.TrainConfig(train_steps=2_000, warmup_steps=200)
     steps = STEPS or 300
 
-workdir = pathlib.Path(WORKDIR)
+workdir = pathlib.Path(RUNS_DIR) / f"{DATASET}-{PRESET}"
 tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(), data_config.tokenizer_settings(corpus.name))
 train_dataset = make_corpus_dataset(corpus, "train", tokenizer, data_config).repeat()
 validation_dataset = make_corpus_dataset(corpus, "validation", tokenizer, data_config)
@@ -269,6 +269,22 @@ ax.set_xticks(range(len(source_pieces)), source_pieces, rotation=90)
 ax.set_yticks(range(len(output_pieces)), output_pieces)
 ax.set(xlabel="source", ylabel="output", title="encoder-decoder attention, mean of heads")
 plt.show()
+
+# %% [markdown]
+# ## The run directory
+#
+# The configs as JSON and a checkpoint beside the SentencePiece model: the layout
+# `keras_transformer.export.load_model_from_workdir` reads, so that
+# `python -m pipelines.export --workdir runs/<dataset>-<preset>` can export this run again later.
+
+# %%
+configs = {"model_config.json": model.config, "data_config.json": data_config, "train_config.json": train_config,
+           "decode_config.json": decode_config}
+for filename, config in configs.items():
+    (workdir / filename).write_text(config.to_json())
+checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+print("checkpoint", tf.train.CheckpointManager(checkpoint, workdir / "checkpoints", max_to_keep=1).save())
+print(sorted(path.name for path in workdir.iterdir()))
 
 # %% [markdown]
 # ## Export the SavedModel and call it

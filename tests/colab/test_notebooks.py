@@ -8,6 +8,7 @@ import sys
 import jupytext
 import nbformat
 import pytest
+import tensorflow as tf
 from jupytext.compare import NotebookDifference, compare_notebooks
 
 from tests.colab.notebook_runner import COLAB, NOTEBOOKS, REPOSITORY, execute_notebook, png_outputs
@@ -66,7 +67,10 @@ def test_train_transformer_runs_offline_and_serve_and_query_serves_its_export(tm
     notebook = execute_notebook("train_transformer", tmp_path)  # raises on the first failing cell
     assert png_outputs(notebook) == EXPECTED_PLOTS["train_transformer"]
     assert (tmp_path / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
-    assert (tmp_path / "runs" / "notebook" / "logs").is_dir()  # TensorBoard's event files
+    assert (tmp_path / "runs" / "numbers-tiny" / "logs").is_dir()  # TensorBoard's event files
+    run = tmp_path / "runs" / "numbers-tiny"  # what keras_transformer.export.load_model_from_workdir reads
+    assert {"model_config.json", "decode_config.json", "sentencepiece.model"} <= {path.name for path in run.iterdir()}
+    assert tf.train.latest_checkpoint(str(run / "checkpoints"))
     output = stdout_of(notebook)
     assert "dataset numbers, preset tiny" in output
     assert "signatures: ['score', 'serving_default', 'translate_nbest']" in output
