@@ -118,9 +118,17 @@ class _Stack(_LayerArgs, keras.layers.Layer):
         self.num_layers = num_layers
         self._set_layer_args(num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
                              relu_dropout_rate, norm_first, layer_norm_epsilon)
-        self.stack = [self.layer_class(**self._layer_args(), name=f"layer_{i}") for i in range(num_layers)]
+        # One attribute per layer, not a list: tf.train.Checkpoint does not follow Keras 3's tracked
+        # lists, so layers kept in a list would be missing from the training checkpoints.
+        for i in range(num_layers):
+            setattr(self, f"layer_{i}", self.layer_class(**self._layer_args(), name=f"layer_{i}"))
         self.final_norm = (keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm")
                            if norm_first else None)
+
+    @property
+    def stack(self):
+        """The N layers, bottom first."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
     def build(self, input_shape):
         for layer in self.stack:
