@@ -186,7 +186,7 @@ class TrainConfig(JsonConfig):
 TRAIN_PRESETS = {
     "base": TrainConfig(),
     "big": TrainConfig(train_steps=300_000, checkpoints_to_average=20),
-    "tiny": TrainConfig(train_steps=2000, warmup_steps=400, tokens_per_batch=4096, checkpoints_to_average=3),
+    "tiny": TrainConfig(train_steps=1000, warmup_steps=400, tokens_per_batch=4096, checkpoints_to_average=3),
 }
 
 

@@ -1,0 +1,64 @@
+"""Checkpoint averaging (section 6.1): the base model is the average of the last 5 checkpoints, the big
+one of the last 20, written every 10 minutes.
+
+The average is written as a Keras weights file, workdir/averaged.weights.h5, that loads into a
+Transformer built from workdir/model_config.json (`model.load_weights(path)`).
+"""
+import logging
+import pathlib
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.model import Transformer
+from keras_transformer.training.checkpointing import checkpoint_directory
+
+AVERAGED_WEIGHTS = "averaged.weights.h5"
+
+logger = logging.getLogger(__name__)
+
+
+def last_checkpoints(workdir, count: int) -> list[str]:
+    """Paths of the last `count` checkpoints of a run (oldest first), as its CheckpointManager lists them."""
+    state = tf.train.get_checkpoint_state(str(checkpoint_directory(workdir)))
+    if state is None or not state.all_model_checkpoint_paths:
+        raise FileNotFoundError(f"no checkpoints in {checkpoint_directory(workdir)}")
+    return list(state.all_model_checkpoint_paths)[-count:]
+
+
+def average_checkpoints(model: Transformer, checkpoint_paths: Sequence[str]) -> Transformer:
+    """Sets the model's weights to the element-wise mean of theirs in `checkpoint_paths`; returns it.
+
+    Each checkpoint is one written by the run (`tf.train.Checkpoint(model=..., ...)`); only the
+    model's weights are read. Sums are kept in float64.
+    """
+    if not checkpoint_paths:
+        raise ValueError("no checkpoints to average")
+    model.build()
+    checkpoint = tf.train.Checkpoint(model=model)
+    sums = None
+    for path in checkpoint_paths:
+        checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+        weights = [np.asarray(weight, np.float64) for weight in model.get_weights()]
+        sums = weights if sums is None else [total + weight for total, weight in zip(sums, weights)]
+    model.set_weights([total / len(checkpoint_paths) for total in sums])
+    return model
+
+
+def average_run(workdir, count: int, output: Optional[pathlib.Path] = None) -> pathlib.Path:
+    """Averages the last `count` checkpoints of the run in workdir into its averaged.weights.h5."""
+    workdir = pathlib.Path(workdir)
+    config = TransformerConfig.from_json((workdir / "model_config.json").read_text())
+    paths = last_checkpoints(workdir, count)
+    if len(paths) < count:
+        logger.warning("averaging %d checkpoints: the run has only %d of the %d asked for",
+                       len(paths), len(paths), count)
+    model = average_checkpoints(Transformer(config), paths)
+    output = pathlib.Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
+    temporary = output.with_name(output.name.replace(".weights.h5", ".tmp.weights.h5"))
+    model.save_weights(str(temporary))
+    temporary.replace(output)
+    logger.info("averaged %s into %s", ", ".join(pathlib.Path(p).name for p in paths), output)
+    return output

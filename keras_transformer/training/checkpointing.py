@@ -1,0 +1,164 @@
+"""Checkpoints that lose nothing: written every N steps and every M minutes, kept K at a time, on SIGTERM
+before exiting, never after the loss or the weights turned NaN.
+
+    workdir/checkpoints/ckpt-<step>.{index,data-*}   tf.train.Checkpoint(model, optimizer,
+                                                      data_position, dropout_rng)
+    workdir/checkpoints/checkpoint                    the CheckpointManager's list, latest last
+
+tf.train.CheckpointManager writes a checkpoint's files before it lists it, so a run killed at any
+moment (SIGKILL included) leaves its latest listed checkpoint whole. The optimizer's iteration
+count is the step: restoring it restores the learning rate (a function of the step); the
+DataPosition restores the data, and the dropout layers' seed states the dropout masks.
+"""
+import logging
+import math
+import pathlib
+import signal
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.training.training_model import rng_state_variables
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_DIRECTORY = "checkpoints"
+CHECKPOINT_PREFIX = "ckpt"
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the run stopped without saving after the last good checkpoint."""
+
+
+class TrainingInterrupted(RuntimeError):
+    """SIGTERM stopped the run after saving a checkpoint; the same command resumes it."""
+
+
+class RunCheckpoint:
+    """The run's tf.train.Checkpoint and its CheckpointManager in workdir/checkpoints.
+
+    Args:
+      directory: the checkpoints folder (workdir/checkpoints on the chief; a scratch folder on other
+        workers, which must save too under MultiWorkerMirroredStrategy).
+      model: the (Training)Transformer; model.optimizer must exist (compile first).
+      data_position: the stream's DataPosition, or None.
+      max_to_keep: how many checkpoints to keep.
+    """
+
+    def __init__(self, directory, model, data_position=None, max_to_keep=5):
+        self.model = model
+        objects = dict(model=model, optimizer=model.optimizer, dropout_rng=rng_state_variables(model))
+        if data_position is not None:
+            objects["data_position"] = data_position
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=max_to_keep,
+                                                  checkpoint_name=CHECKPOINT_PREFIX)
+
+    @property
+    def step(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+    def restore_latest(self):
+        """Restores the latest checkpoint, if any; returns its path or None."""
+        path = self.manager.latest_checkpoint
+        if path is not None:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+            logger.info("restored %s (step %d)", path, self.step)
+        return path
+
+    def weights_are_finite(self) -> bool:
+        return all(bool(tf.reduce_all(tf.math.is_finite(weight))) for weight in self.model.trainable_weights)
+
+    def save(self):
+        """Saves a checkpoint numbered by the step (no-op if that step is saved); returns its path.
+
+        Raises TrainingDiverged rather than save weights that are not finite.
+        """
+        step = self.step
+        latest = self.manager.latest_checkpoint
+        if latest is not None and latest.endswith(f"-{step}"):
+            return latest
+        if not self.weights_are_finite():
+            raise TrainingDiverged(f"weights are not finite at step {step}; not saved")
+        return self.manager.save(checkpoint_number=step)
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves every `every_steps` steps, every `every_minutes` minutes and at `train_steps`; stops the
+    run (without saving) on a NaN loss, and (after saving) when SIGTERM was received.
+
+    After `fit` returns, `diverged` (a message) or `interrupted` tell why it stopped early.
+    """
+
+    def __init__(self, run_checkpoint, every_steps, every_minutes, train_steps):
+        super().__init__()
+        self.run_checkpoint = run_checkpoint
+        self.every_steps = every_steps
+        self.every_seconds = every_minutes * 60.0
+        self.train_steps = train_steps
+        self.terminate_requested = False
+        self.interrupted = False
+        self.diverged = None
+        self._last_save = time.monotonic()
+
+    def request_termination(self, *_):
+        """A signal handler: save at the end of the current step, then stop."""
+        self.terminate_requested = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.run_checkpoint.step
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(np.asarray(loss))):
+            self._stop_diverged(f"the training loss is {float(np.asarray(loss))} at step {step}")
+            return
+        due = (step % self.every_steps == 0 or step >= self.train_steps or self.terminate_requested
+               or time.monotonic() - self._last_save >= self.every_seconds)
+        if due:
+            try:
+                path = self.run_checkpoint.save()
+            except TrainingDiverged as error:
+                self._stop_diverged(str(error))
+                return
+            self._last_save = time.monotonic()
+            logger.info("saved %s", path)
+        if self.terminate_requested:
+            self.interrupted = True
+            self.model.stop_training = True
+
+    def _stop_diverged(self, reason):
+        last = self.run_checkpoint.manager.latest_checkpoint
+        self.diverged = (f"{reason}: training stopped. The last good checkpoint is "
+                         f"{last or 'none (nothing was saved yet)'}; nothing was saved after it. "
+                         f"Lower the learning rate (longer warm-up) or check the data, then run again.")
+        self.model.stop_training = True
+
+
+class sigterm_handler:
+    """Context manager: SIGTERM calls `handler` instead of killing the process (main thread only)."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.previous = None
+
+    def __enter__(self):
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self.handler)
+        except ValueError:  # not the main thread: leave signals alone
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        return False
+
+
+def checkpoint_directory(workdir) -> pathlib.Path:
+    return pathlib.Path(workdir) / CHECKPOINT_DIRECTORY
+
+
+def checkpoint_step(path) -> int:
+    """The step a checkpoint path ends with (ckpt-1200 -> 1200)."""
+    return int(str(path).rsplit("-", 1)[-1])

@@ -1,0 +1,144 @@
+"""The training batches as an endless stream of epochs that a restarted run can re-enter exactly.
+
+Epoch e reads the training pairs in an order fixed by (seed, e): blocks of shuffle_buffer_size pairs
+are permuted by stateless random ops seeded with (seed, e, block), then
+`keras_transformer.data.make_dataset` shuffles (with its own fixed seed) and batches them by length.
+Stateless ops make the order a pure function of (seed, e): nothing depends on how many epochs the
+process has seen, so a restarted run rebuilds epoch e exactly.
+Each batch carries its position, (e, index of the batch in epoch e), and the training step records
+the position of the last batch it consumed in a DataPosition, saved with every checkpoint. A run
+that restarts from a checkpoint rebuilds the stream from epoch e, skips the `batch` batches of it
+already consumed, and so sees exactly the batches the uninterrupted run would have seen next.
+
+Elements, for the training step (`TrainingTransformer.train_step`):
+    {"batch": ((source_ids (B, S), target_input_ids (B, T)), target_output_ids (B, T)),
+     "position": int64 (2,) [epoch, batch index]}
+or, with gradient accumulation over K micro-batches (see `pack_micro_batches`),
+    {"micro_batches": {"source_ids", "target_input_ids", "target_output_ids": int32 (K, budget),
+                       "shapes": int32 (K, 3) [B, S, T]},
+     "position": int64 (2,) of the last micro-batch}
+"""
+from typing import Optional
+
+import tensorflow as tf
+
+from keras_transformer.data import Corpus, DataConfig, SubwordTokenizer, make_dataset
+
+_POSITION_SHIFT = 2 ** 32
+
+
+class DataPosition(tf.Module):
+    """Where the training stream stands: the epoch, and how many of its batches were consumed.
+
+    Both are int64 variables, created under the strategy's scope, written by the training step
+    (the first replica's value wins; every replica writes the same) and saved in the checkpoint.
+    """
+
+    def __init__(self, name="data_position"):
+        super().__init__(name=name)
+        aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch", aggregation=aggregation)
+        self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch", aggregation=aggregation)
+
+    def record(self, positions):
+        """Records that the batches at `positions` (..., 2) [epoch, index] were consumed.
+
+        Under a strategy the replicas consumed different batches; the position after the step is
+        after the last of them, gathered from all replicas.
+        """
+        keys = tf.reshape(positions[..., 0] * _POSITION_SHIFT + positions[..., 1] + 1, [-1])
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            keys = context.all_gather(keys, axis=0)
+        key = tf.reduce_max(keys)
+        self.epoch.assign(key // _POSITION_SHIFT)
+        self.batch.assign(key % _POSITION_SHIFT)
+
+    def value(self):
+        """(epoch, consumed batches of it) as Python ints."""
+        return int(self.epoch.numpy()), int(self.batch.numpy())
+
+
+def epoch_order(pairs: tf.data.Dataset, block_size: int, seed: int, epoch) -> tf.data.Dataset:
+    """The pairs of epoch `epoch` (an int64 scalar tensor): each block of block_size pairs permuted at
+    random, the permutation a function of (seed, epoch, block index) only."""
+    epoch_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+
+    def permute(index, block):
+        sources, targets = block  # (N,) strings each
+        keys = tf.random.stateless_uniform(tf.shape(sources), seed=tf.random.experimental.stateless_fold_in(
+            epoch_seed, index))
+        order = tf.argsort(keys)
+        return tf.data.Dataset.from_tensor_slices((tf.gather(sources, order), tf.gather(targets, order)))
+
+    return pairs.batch(block_size).enumerate().flat_map(permute)
+
+
+def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, epoch,
+                   input_context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+    """Epoch `epoch` (an int64 scalar tensor): its batches, each with its position."""
+    shuffled = epoch_order(pairs, config.shuffle_buffer_size, config.seed, epoch)
+    batches = make_dataset(shuffled, tokenizer, config, training=True, input_context=input_context)
+    return batches.enumerate().map(lambda index, batch: {"batch": batch, "position": tf.stack([epoch, index])})
+
+
+def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataConfig, *, start_epoch: int = 0,
+                    start_batch: int = 0, accumulate_steps: int = 1,
+                    input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+    """The endless stream of training elements from (start_epoch, start_batch) on; see the module doc.
+
+    Args:
+      corpus, tokenizer, config: what `make_dataset` needs; config.tokens_per_batch is the budget
+        of one micro-batch on one replica.
+      start_epoch, start_batch: a DataPosition's value: the first batch read is batch start_batch
+        of epoch start_epoch.
+      accumulate_steps: K > 1 packs K consecutive batches into one element.
+      input_context: this input pipeline's share under tf.distribute.
+    """
+    pairs = corpus.dataset("train")
+    first_epoch, skip = tf.constant(start_epoch, tf.int64), tf.constant(start_batch, tf.int64)
+
+    def epoch_fn(epoch):
+        batches = _epoch_batches(pairs, tokenizer, config, epoch, input_context)
+        return batches.skip(tf.where(tf.equal(epoch, first_epoch), skip, tf.constant(0, tf.int64)))
+
+    stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(epoch_fn)
+    if accumulate_steps > 1:
+        stream = pack_micro_batches(stream, accumulate_steps, config.tokens_per_batch)
+    return stream.prefetch(tf.data.AUTOTUNE)
+
+
+def pack_micro_batches(stream: tf.data.Dataset, accumulate_steps: int, budget: int) -> tf.data.Dataset:
+    """K consecutive batches as one element of fixed shape: each (B, S) source and (B, T) target
+    flattened into a row of `budget` tokens (B * S and B * T <= budget by construction of the
+    pipeline), with [B, S, T] beside them.
+
+    The micro-batches keep their own shapes (each its own bucket) and padding costs nothing in the
+    step, which reshapes row k back to (B_k, S_k) and (B_k, T_k) before running the model on it.
+    The pipeline pads source and target to one bucket length (S == T), but other batches need not.
+    """
+    def flatten(element):
+        (source, target_input), target_output = element["batch"]
+        def row(tensor):  # (B, L) -> (budget,)
+            flat = tf.reshape(tensor, [-1])
+            return tf.pad(flat, [[0, budget - tf.size(flat)]])
+        shapes = tf.concat([tf.shape(source), tf.shape(target_output)[1:]], axis=0)  # [B, S, T]
+        return {"source_ids": row(source), "target_input_ids": row(target_input),
+                "target_output_ids": row(target_output), "shapes": shapes, "position": element["position"]}
+
+    def regroup(packed):
+        position = packed.pop("position")[-1]
+        return {"micro_batches": packed, "position": position}
+
+    return stream.map(flatten).batch(accumulate_steps, drop_remainder=True).map(regroup)
+
+
+def unpack_micro_batch(micro_batches, index):
+    """Micro-batch `index` of a packed element: ((source (B, S), target input (B, T)), target output (B, T))."""
+    batch_size, source_length, target_length = tf.unstack(micro_batches["shapes"][index])
+
+    def unflatten(name, length):
+        return tf.reshape(micro_batches[name][index, :batch_size * length], [batch_size, length])
+
+    return ((unflatten("source_ids", source_length), unflatten("target_input_ids", target_length)),
+            unflatten("target_output_ids", target_length))

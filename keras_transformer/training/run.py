@@ -1,0 +1,204 @@
+"""A whole training job: corpus -> vocabulary -> tf.data -> model.fit -> averaging -> test BLEU -> export.
+
+    configs = preset_configs("tiny", dataset="numbers")
+    result = train_and_evaluate("runs/numbers-tiny", configs)
+    print(result.scores.report())
+
+Restarting the same job on the same workdir resumes it from its latest checkpoint: same step,
+learning rate, data position and dropout state (see checkpointing.py and data_stream.py); a
+finished job only redoes the averaging and the test translation (its export is reused).
+"""
+import dataclasses
+import json
+import logging
+import pathlib
+from typing import Optional
+
+import keras
+import sentencepiece
+import tensorflow as tf
+
+from keras_transformer.data import get_corpus, load_or_train_tokenizer, make_corpus_dataset
+from keras_transformer.export import Translator, export_translator
+from keras_transformer.model import Transformer
+from keras_transformer.schedule import paper_optimizer
+from keras_transformer.training.averaging import average_run
+from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
+                                                      TrainingInterrupted, checkpoint_directory, sigterm_handler)
+from keras_transformer.training.data_stream import DataPosition, training_stream
+from keras_transformer.training.distribution import is_chief, select_strategy, set_mixed_precision
+from keras_transformer.training.evaluation import BeamSearchTranslator, Scores, score
+from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
+from keras_transformer.training.summaries import TrainingMonitor
+from keras_transformer.training.training_model import TrainingTransformer
+
+logger = logging.getLogger(__name__)
+
+TEST_TRANSLATIONS = "test_translations.txt"
+TEST_SCORES = "test_scores.json"
+EXPORT_RECORD = "exported.json"
+
+
+@dataclasses.dataclass
+class RunResult:
+    workdir: pathlib.Path
+    step: int
+    averaged_weights: Optional[pathlib.Path] = None
+    scores: Optional[Scores] = None
+    export_path: Optional[pathlib.Path] = None
+    evaluations: list = dataclasses.field(default_factory=list)  # (step, validation values)
+
+
+def fit_segments(start_step: int, train_steps: int, eval_every: int) -> list[tuple[int, int, int]]:
+    """The model.fit calls from start_step to train_steps as (initial_epoch, epochs, steps_per_epoch).
+
+    Keras epoch e covers steps (e * eval_every, (e + 1) * eval_every]. A run resumed inside an
+    epoch first finishes that epoch alone, since Keras epochs all have one length; the last
+    epoch may be shorter too.
+    """
+    segments, step = [], start_step
+    while step < train_steps:
+        epoch = step // eval_every
+        end = min((epoch + 1) * eval_every, train_steps)
+        if step % eval_every == 0 and end - step == eval_every:
+            full_epochs = (train_steps - step) // eval_every
+            segments.append((epoch, epoch + full_epochs, eval_every))
+            step += full_epochs * eval_every
+        else:
+            segments.append((epoch, epoch + 1, end - step))
+            step = end
+    return segments
+
+
+def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
+    with strategy.scope():
+        position = DataPosition()
+        model = TrainingTransformer(configs.model, accumulate_steps=configs.run.accumulate_steps,
+                                    data_position=position)
+        model.compile(optimizer=paper_optimizer(configs.model.d_model, configs.train),
+                      jit_compile=configs.run.jit_compile)
+        model.prepare_for_training()
+        directory = checkpoint_directory(workdir)
+        if not chief:  # every worker saves (the save is collective); only the chief's files count
+            directory = pathlib.Path(workdir) / f".worker-{strategy.cluster_resolver.task_id}" / "checkpoints"
+        keep = max(configs.run.keep_checkpoints, configs.train.checkpoints_to_average)
+        run_checkpoint = RunCheckpoint(directory, model, position, max_to_keep=keep)
+        run_checkpoint.restore_latest()
+    return model, position, run_checkpoint
+
+
+def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir, chief, verbose):
+    """model.fit from the restored step to train_steps; returns the monitor's evaluations."""
+    run, data = configs.run, configs.data
+    validation = strategy.distribute_datasets_from_function(
+        lambda context: make_corpus_dataset(corpus, "validation", tokenizer, data, training=False,
+                                            input_context=context))
+    validation_pairs = [pair for _, pair in zip(range(run.eval_sentences), corpus.pairs("validation"))]
+    checkpoints = CheckpointCallback(run_checkpoint, run.checkpoint_every_steps, run.checkpoint_every_minutes,
+                                     configs.train.train_steps)
+    monitor = TrainingMonitor(pathlib.Path(workdir) / "tensorboard", run.log_every_steps, validation,
+                              BeamSearchTranslator(model, tokenizer, configs.decode), validation_pairs,
+                              sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
+                              num_samples=run.sample_translations, write=chief)
+    try:
+        with sigterm_handler(checkpoints.request_termination):
+            for initial_epoch, epochs, steps in fit_segments(run_checkpoint.step, configs.train.train_steps,
+                                                             run.eval_every_steps):
+                start_epoch, start_batch = position.value()
+                logger.info("training from step %d, data epoch %d batch %d", run_checkpoint.step,
+                            start_epoch, start_batch)
+                stream = strategy.distribute_datasets_from_function(
+                    lambda context: training_stream(corpus, tokenizer, data, start_epoch=start_epoch,
+                                                    start_batch=start_batch,
+                                                    accumulate_steps=run.accumulate_steps, input_context=context))
+                model.fit(stream, initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
+                          callbacks=[checkpoints, monitor], verbose=verbose)
+                if checkpoints.diverged:
+                    raise TrainingDiverged(checkpoints.diverged)
+                if checkpoints.interrupted:
+                    raise TrainingInterrupted(
+                        f"SIGTERM: saved {run_checkpoint.manager.latest_checkpoint} at step {run_checkpoint.step}"
+                        f"; run the same command again to resume")
+    finally:
+        monitor.close()
+    return monitor.history
+
+
+def evaluate_test_set(model, tokenizer, corpus, decode_config, workdir=None) -> Scores:
+    """Beam-search translation of the corpus's test split, scored; written to workdir if given."""
+    pairs = list(corpus.pairs("test"))
+    hypotheses = BeamSearchTranslator(model, tokenizer, decode_config).translate([s for s, _ in pairs])
+    scores = score(hypotheses, [reference for _, reference in pairs])
+    if workdir is not None:
+        workdir = pathlib.Path(workdir)
+        (workdir / TEST_TRANSLATIONS).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        (workdir / TEST_SCORES).write_text(json.dumps(dataclasses.asdict(scores), indent=2) + "\n")
+    return scores
+
+
+def load_averaged_model(configs: RunConfigs, weights_path) -> Transformer:
+    model = Transformer(configs.model)
+    model.build()
+    model.load_weights(str(weights_path))
+    return model
+
+
+def export_saved_model(model, tokenizer, configs: RunConfigs, workdir, export_dir, step) -> pathlib.Path:
+    """The SavedModel of `model` (the averaged weights) as the next version in export_dir.
+
+    workdir/exported.json records which step was exported where: running a finished job again
+    reuses that version instead of exporting the same weights as a new one.
+    """
+    record_path = pathlib.Path(workdir) / EXPORT_RECORD
+    if record_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("step") == step and pathlib.Path(record.get("path", "")).is_dir():
+            logger.info("step %d is exported already: %s", step, record["path"])
+            return pathlib.Path(record["path"])
+    path = export_translator(Translator(model, tokenizer.model_proto, configs.decode), export_dir)
+    temporary = record_path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"step": step, "path": str(path)}, indent=2) + "\n")
+    temporary.replace(record_path)
+    return path
+
+
+def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.distribute.Strategy] = None,
+                       export_dir=None, verbose=1) -> RunResult:
+    """Runs (or resumes) the whole job described by `configs` in `workdir`; see the module docstring.
+
+    configs.data.tokens_per_batch is replaced by the micro-batch budget derived from
+    configs.train.tokens_per_batch, the number of replicas and accumulate_steps; configs.model's
+    vocab_size by the trained vocabulary's size.
+
+    Raises TrainingDiverged (NaN loss) and TrainingInterrupted (SIGTERM, after saving).
+    """
+    workdir = pathlib.Path(workdir)
+    keras.utils.set_random_seed(configs.run.seed)
+    strategy = strategy or select_strategy()
+    chief = is_chief(strategy)
+    configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
+    data = configs.data
+    corpus = get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
+    tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(), data.tokenizer_settings(corpus.name))
+    configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, vocab_size=tokenizer.vocab_size))
+    configs.check_resumable(workdir)
+    if chief:
+        configs.write(workdir)
+    set_mixed_precision(configs.run.mixed_precision)
+    try:
+        model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
+        evaluations = []
+        if run_checkpoint.step < configs.train.train_steps:
+            evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir,
+                                 chief, verbose)
+    finally:
+        keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
+    result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations)
+    if not chief:
+        return result
+    result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average)
+    averaged = load_averaged_model(configs, result.averaged_weights)
+    result.scores = evaluate_test_set(averaged, tokenizer, corpus, configs.decode, workdir)
+    if export_dir is not None:
+        result.export_path = export_saved_model(averaged, tokenizer, configs, workdir, export_dir, result.step)
+    return result

@@ -1,0 +1,175 @@
+"""TensorBoard monitoring of a training run, in workdir/tensorboard/{train,validation}.
+
+    train/       loss, learning_rate, token_accuracy, perplexity: means over the last N steps
+    validation/  loss, token_accuracy, perplexity (the whole validation split), bleu and chrf
+                 (beam search on its first sentences), translations (text: source, reference,
+                 translation), attention (image: the encoder-decoder attention of the last decoder
+                 layer over the first sample, one panel per head and their mean)
+"""
+import io
+import logging
+import pathlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.training.evaluation import score
+
+logger = logging.getLogger(__name__)
+
+TRAIN_SCALARS = ("loss", "learning_rate", "token_accuracy", "perplexity")
+
+
+def attention_heatmap_png(weights, source_pieces, target_pieces, title="") -> bytes:
+    """A PNG of attention weights (H, T, S): one panel per head, then their mean.
+
+    Rows are target positions (the token each one predicts), columns source tokens.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    weights = np.asarray(weights, np.float32)
+    panels = [(f"head {h + 1}", weights[h]) for h in range(weights.shape[0])] + [("mean", weights.mean(0))]
+    columns = min(4, len(panels))
+    rows = -(-len(panels) // columns)
+    cell = 0.28
+    width = max(3.0, cell * len(source_pieces) + 1.2)
+    height = max(2.5, cell * len(target_pieces) + 1.0)
+    figure, axes = pyplot.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    for axis in axes.flat[len(panels):]:
+        axis.axis("off")
+    for axis, (name, panel) in zip(axes.flat, panels):
+        axis.imshow(panel, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        axis.set_title(name, fontsize=8)
+        axis.set_xticks(range(len(source_pieces)), source_pieces, rotation=90, fontsize=6)
+        axis.set_yticks(range(len(target_pieces)), target_pieces, fontsize=6)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    pyplot.close(figure)
+    return buffer.getvalue()
+
+
+def cross_attention(model, source_ids, output_ids):
+    """Encoder-decoder attention (H, T, S) of the last decoder layer, the decoder fed [BOS] + output
+    teacher-forced, for one sentence: source_ids (S,) and output_ids (T,) (its translation + EOS)."""
+    source = tf.constant(np.asarray(source_ids, np.int32)[None])
+    target_input = tf.constant(np.concatenate([[BOS_ID], np.asarray(output_ids, np.int32)[:-1]])[None])
+    memory, source_padding_mask = model.encode(source, training=False)
+    _, scores = model.decode(target_input, memory, source_padding_mask, training=False,
+                             return_attention_scores=True)
+    return np.asarray(tf.cast(scores[0], tf.float32))
+
+
+def translations_markdown(sources, references, hypotheses) -> str:
+    def cell(text):
+        return text.replace("|", "\\|")
+    lines = ["| source | reference | translation |", "|---|---|---|"]
+    lines += [f"| {cell(s)} | {cell(r)} | {cell(h)} |" for s, r, h in zip(sources, references, hypotheses)]
+    return "\n".join(lines)
+
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """Writes the summaries of the module docstring; evaluates at the end of each Keras epoch (the run
+    makes one epoch of `eval_every_steps` steps).
+
+    Args:
+      log_dir: workdir/tensorboard.
+      log_every_steps: training scalars are written, and the training metrics reset, this often.
+      validation: the validation dataset for the loss, or None.
+      translator: a BeamSearchTranslator of the training model.
+      validation_pairs: (source, reference) pairs translated for BLEU; the first `num_samples` are
+        shown as text, the first one's attention as an image.
+      sentencepiece: a SentencePieceProcessor to name the tokens of the attention map.
+      write: False on non-chief workers (they evaluate, which needs every worker, but write nothing).
+    """
+
+    def __init__(self, log_dir, log_every_steps, validation, translator, validation_pairs, sentencepiece,
+                 num_samples=4, write=True):
+        super().__init__()
+        self.log_dir = pathlib.Path(log_dir)
+        self.log_every_steps = log_every_steps
+        self.validation = validation
+        self.translator = translator
+        self.validation_pairs = list(validation_pairs)
+        self.sentencepiece = sentencepiece
+        self.num_samples = num_samples
+        self.write = write
+        self.history = []  # (step, {name: value}) of each evaluation
+        self._reset_pending = False
+        if write:
+            self.train_writer = tf.summary.create_file_writer(str(self.log_dir / "train"))
+            self.validation_writer = tf.summary.create_file_writer(str(self.log_dir / "validation"))
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._reset_pending:  # not at the logging step itself: Keras' epoch logs keep its values
+            self.model.reset_metrics()  # the next values are the means over the next interval
+            self._reset_pending = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step()
+        if step % self.log_every_steps or self.model.stop_training:
+            return
+        values = {name: float(np.asarray(logs[name])) for name in TRAIN_SCALARS if logs and name in logs}
+        values["learning_rate"] = float(np.asarray(self.model.optimizer.learning_rate))
+        if self.write:
+            with self.train_writer.as_default(step=step):
+                for name, value in values.items():
+                    tf.summary.scalar(name, value)
+            self.train_writer.flush()
+        self._reset_pending = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.model.stop_training:  # NaN or SIGTERM: leave quickly, the checkpoint is what matters
+            return
+        self.evaluate()
+
+    def evaluate(self):
+        """Validation loss, BLEU, samples and attention at the current step; returns the scalars."""
+        step = self._step()
+        values = {}
+        if self.validation is not None:
+            metrics = self.model.evaluate(self.validation, verbose=0, return_dict=True)
+            values.update({name: float(value) for name, value in metrics.items()})
+        sources = [source for source, _ in self.validation_pairs]
+        references = [reference for _, reference in self.validation_pairs]
+        hypotheses = self.translator.translate(sources)
+        scores = score(hypotheses, references)
+        values.update(bleu=scores.bleu, chrf=scores.chrf)
+        self.history.append((step, values))
+        print(f"\nstep {step}: " + ", ".join(f"validation {name} {value:.4g}" for name, value in values.items())
+              + f" (BLEU on {len(sources)} sentences, beam {self.translator.decode_config.beam_size})", flush=True)
+        if self.write:
+            self._write_evaluation(step, values, sources, references, hypotheses)
+        return values
+
+    def _write_evaluation(self, step, values, sources, references, hypotheses):
+        shown = slice(0, self.num_samples)
+        with self.validation_writer.as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+            tf.summary.text("translations", translations_markdown(sources[shown], references[shown],
+                                                                  hypotheses[shown]))
+            if sources and self.num_samples:
+                source_ids = self.translator.source_ids(sources[:1])[0]
+                output_ids = np.append(self.sentencepiece.encode(hypotheses[0]), EOS_ID)
+                weights = cross_attention(self.model, source_ids, output_ids)
+                png = attention_heatmap_png(weights, self._pieces(source_ids), self._pieces(output_ids),
+                                            title=f"step {step}: encoder-decoder attention, last decoder layer")
+                tf.summary.image("attention", tf.image.decode_png(png, channels=4)[None])
+        self.validation_writer.flush()
+
+    def _pieces(self, ids):
+        return [self.sentencepiece.id_to_piece(int(i)) for i in ids]
+
+    def close(self):
+        if self.write:
+            self.train_writer.close()
+            self.validation_writer.close()

@@ -1,0 +1,103 @@
+"""TrainingTransformer: the Transformer's training step, plus the data position and gradient accumulation.
+
+It has exactly the Transformer's layers and weights (checkpoints and weight files of one load into
+the other); only its `train_step` differs, and only for the elements of `training_stream`:
+  {"batch": ..., "position": ...}: the Transformer's own step, then the position is recorded;
+  {"micro_batches": ..., "position": ...}: one optimizer step over K micro-batches (below).
+Any other element ((x, y) pairs) gets the Transformer's step unchanged.
+
+Gradient accumulation: the step's loss is sum(token losses of all K micro-batches, all replicas) /
+(their real target tokens), exactly the loss of one step on their union. Each micro-batch adds the
+gradient of its own token-loss sum divided by that global count, so the sum of the K gradients
+is the gradient of the union's loss; the optimizer then applies it once (one learning-rate step).
+The micro-batches run in a tf.while_loop: one copy of the model in the graph whatever K is.
+"""
+import keras
+import tensorflow as tf
+
+from keras_transformer.model import Transformer
+from keras_transformer.training.data_stream import DataPosition, unpack_micro_batch
+
+
+class TrainingTransformer(Transformer):
+    """A Transformer that trains on `training_stream` elements; see the module docstring.
+
+    Args:
+      config: a TransformerConfig.
+      accumulate_steps: K, micro-batches per optimizer step (the stream must pack the same K).
+      data_position: the DataPosition the step records into (None: not recorded). It is kept out
+        of the model's own checkpoint dependencies: the run's checkpoint saves it beside the model.
+    """
+
+    def __init__(self, config, accumulate_steps=1, data_position=None, **kwargs):
+        super().__init__(config, **kwargs)
+        self.accumulate_steps = accumulate_steps
+        # A bound method, which checkpoints do not follow: the position is no part of the model.
+        self._record_position = data_position.record if data_position is not None else None
+
+    def prepare_for_training(self):
+        """Builds the weights, the compiled loss and metrics, and the optimizer's slots.
+
+        Keras would otherwise build them from the first element of the dataset, which it reduces
+        across replicas: not possible for per-replica batches of different shapes, nor for the
+        stream's dict elements.
+        """
+        self.build()
+        ids = tf.ones((1, 1), tf.int32)
+        self._symbolic_build(data_batch=((ids, ids), ids))
+        if not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Nothing to build after `prepare_for_training` (see there); Keras' way otherwise."""
+        if self.built and self.optimizer is not None and self.optimizer.built and self.compiled:
+            return
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def train_step(self, data):
+        if not isinstance(data, dict):
+            return super().train_step(data)
+        if "micro_batches" in data:
+            logs = self._accumulated_train_step(data["micro_batches"])
+        else:
+            logs = super().train_step(data["batch"])
+        if self._record_position is not None:
+            self._record_position(data["position"])
+        return logs
+
+    def _accumulated_train_step(self, micro_batches):
+        target_output = micro_batches["target_output_ids"]  # (K, budget), 0 beyond each micro-batch
+        global_count = tf.reduce_sum(tf.cast(tf.not_equal(target_output, self.loss.pad_id), tf.float32))
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, global_count)
+        global_count = tf.maximum(global_count, 1.0)
+        variables = self.trainable_variables
+
+        def body(index, gradient_sums):
+            x, y = unpack_micro_batch(micro_batches, index)
+            with tf.GradientTape() as tape:
+                logits = self(x, training=True)
+                total, count, _ = self.loss.sum_and_count(y, logits)
+                scaled_loss = self.optimizer.scale_loss(total / global_count)
+            gradients = tape.gradient(scaled_loss, variables)
+            self._loss_tracker.update_state(total / tf.maximum(count, 1.0), sample_weight=count)
+            self.compute_metrics(x, y, logits)
+            return index + 1, [total_gradient + tf.convert_to_tensor(gradient)
+                               for total_gradient, gradient in zip(gradient_sums, gradients)]
+
+        initial = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
+        _, gradient_sums = tf.while_loop(lambda index, _: index < self.accumulate_steps, body,
+                                         (tf.constant(0), initial))
+        self.optimizer.apply_gradients(zip(gradient_sums, variables))
+        return self.get_metrics_result()
+
+
+def rng_state_variables(model: keras.Model):
+    """The seed-generator states of the model's dropout layers: saved with each checkpoint so that a
+    resumed run draws the same dropout masks as an uninterrupted one (Keras does not track them
+    for tf.train.Checkpoint)."""
+    return [variable for variable in model.variables if "seed_generator_state" in variable.path]
+
+
+__all__ = ["DataPosition", "TrainingTransformer", "rng_state_variables"]

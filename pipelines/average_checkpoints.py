@@ -1,0 +1,51 @@
+"""Average the last checkpoints of a run into one weights file (section 6.1 of the paper: the base
+model averages the last 5 checkpoints, the big one the last 20).
+
+    python -m pipelines.average_checkpoints --workdir runs/wmt14-base [--count 5] [--output PATH]
+
+Writes workdir/averaged.weights.h5 (or --output), which `python -m pipelines.export`,
+`python -m pipelines.evaluate` and `python -m pipelines.translate` use when it exists. Without
+--count, the run's own train_config.json says how many (checkpoints_to_average).
+"""
+import argparse
+import json
+import logging
+import pathlib
+
+from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m pipelines.average_checkpoints",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, type=pathlib.Path, help="the run directory")
+    parser.add_argument("--count", type=int, help="how many of the last checkpoints to average "
+                                                  "(default: the run's checkpoints_to_average)")
+    parser.add_argument("--output", type=pathlib.Path, help="weights file (default: workdir/averaged.weights.h5)")
+    return parser, parser.parse_args(argv)
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    from keras_transformer.training.averaging import average_run
+
+    count = args.count
+    if count is None:
+        train_config = args.workdir / "train_config.json"
+        if not train_config.is_file():
+            parser.exit(2, f"{parser.prog}: error: {train_config} not found; give --count\n")
+        count = json.loads(train_config.read_text())["checkpoints_to_average"]
+    if count < 1:
+        parser.exit(2, f"{parser.prog}: error: --count must be at least 1, got {count}\n")
+    try:
+        path = average_run(args.workdir, count, args.output)
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(path)
+    return path
+
+
+if __name__ == "__main__":
+    main()

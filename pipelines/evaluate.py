@@ -1,0 +1,68 @@
+"""Translate a run's test (or validation) split with beam search and score it with sacreBLEU.
+
+    python -m pipelines.evaluate --workdir runs/wmt14-base [--split test] [--dataset SPEC]
+        [--beam-size 4] [--alpha 0.6] [--output hypotheses.txt] [--checkpoint ... | --weights ...]
+
+The model is the run's averaged weights if it has them, else its latest checkpoint (or --checkpoint
+/ --weights); the corpus is the run's own (data_config.json) unless --dataset names another, e.g.
+newstest to score the paper's newstest2014, or a local spec `test=hyp.en,ref.de`. Prints sacreBLEU
+with its signature, chrF, and BLEU on tokenized, compound-split text (the way the paper's table
+counts; labelled as such, not comparable with sacreBLEU).
+"""
+import argparse
+import dataclasses
+import json
+import logging
+import pathlib
+
+from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, type=pathlib.Path, help="the run directory")
+    parser.add_argument("--split", default="test", choices=("validation", "test"), help="the split to score")
+    parser.add_argument("--dataset", help="another corpus than the run's (a get_corpus name or local spec)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", type=pathlib.Path, help="a checkpoint prefix or directory")
+    source.add_argument("--weights", type=pathlib.Path, help="a Keras .weights.h5 file")
+    parser.add_argument("--beam-size", type=int, help="beam size (default: the run's decode config, paper 4)")
+    parser.add_argument("--alpha", type=float, help="length penalty exponent (default: the run's, paper 0.6)")
+    parser.add_argument("--output", type=pathlib.Path, help="write the translations here, one per line")
+    return parser, parser.parse_args(argv)
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from keras_transformer.data import DataConfig, SubwordTokenizer, get_corpus
+    from keras_transformer.export import load_model_from_workdir
+    from keras_transformer.training.evaluation import BeamSearchTranslator, score
+
+    try:
+        model, sentencepiece_proto, decode_config = load_model_from_workdir(args.workdir, args.checkpoint,
+                                                                            args.weights)
+        data_path = args.workdir / "data_config.json"
+        data = DataConfig.from_json(data_path.read_text()) if data_path.is_file() else None
+        if args.dataset is None and data is None:
+            raise FileNotFoundError(f"{data_path} not found: name the corpus with --dataset")
+        corpus = get_corpus(args.dataset or data.dataset, reverse=bool(data and data.reverse),
+                            seed=data.seed if data else 0, tfds_data_dir=data.tfds_data_dir if data else None)
+        overrides = {key: value for key, value in (("beam_size", args.beam_size), ("alpha", args.alpha))
+                     if value is not None}
+        decode_config = dataclasses.replace(decode_config, **overrides)
+        pairs = list(corpus.pairs(args.split))
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    translator = BeamSearchTranslator(model, SubwordTokenizer(sentencepiece_proto), decode_config)
+    hypotheses = translator.translate([source for source, _ in pairs], progress=True)
+    scores = score(hypotheses, [reference for _, reference in pairs])
+    if args.output is not None:
+        args.output.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
+    print(scores.report(f"{corpus.name} {args.split} (beam {decode_config.beam_size}, alpha {decode_config.alpha})"))
+    print(json.dumps(dataclasses.asdict(scores)))
+    return scores
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Train a Transformer with the paper's recipe, average its last checkpoints, translate the test set with
+beam search, score it with sacreBLEU and export it.
+
+    python -m pipelines.train_wmt --preset base                       # WMT14 en-de via TFDS, 100K steps
+    python -m pipelines.train_wmt --preset tiny --dataset numbers --workdir runs/numbers-tiny   # offline
+
+Run the same command again after an interruption (even SIGKILL) to resume from the last checkpoint.
+TensorBoard: `tensorboard --logdir <workdir>/tensorboard`.
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from keras_transformer.training.run_config import MIXED_PRECISION_MODES, apply_overrides, preset_configs
+
+
+def _run_name(dataset, preset, reverse=False):
+    name = dataset if "=" not in dataset else "local"
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}{'-reverse' if reverse else ''}-{preset}"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--preset", default="base", choices=("tiny", "base", "big"),
+                        help="model and recipe: base/big are the paper's (Table 3, sections 5-6); tiny runs "
+                             "in minutes on a CPU")
+    parser.add_argument("--dataset", default="wmt14",
+                        help="wmt14 (TFDS wmt14_translate/de-en), numbers (offline), multi30k, newstest, tatoeba "
+                             "(from ../shared/data or $KT_SHARED_DATA), or a local spec such as "
+                             "'train=a.en,a.de;validation=b.tsv;test=c.en,c.de'")
+    parser.add_argument("--reverse", action="store_true",
+                        help="translate the corpus the other way round (de->en for the en-de corpora)")
+    parser.add_argument("--workdir", type=pathlib.Path,
+                        help="run directory: configs, vocabulary, checkpoints, TensorBoard logs "
+                             "(default runs/<dataset>-<preset>)")
+    parser.add_argument("--train-steps", type=int, help="optimizer steps (default: the preset's, 100K for base)")
+    parser.add_argument("--tokens-per-batch", type=int,
+                        help="tokens of one optimizer step over all replicas and accumulated micro-batches, "
+                             "counted on each of source and target, padding included (the paper: ~25,000)")
+    parser.add_argument("--seed", type=int, help="seed of the initialization, dropout and data order")
+    parser.add_argument("--devices", help="comma-separated devices to mirror over, e.g. GPU:0,GPU:1 (default: all "
+                                          "GPUs, or one device without GPUs; TF_CONFIG with several workers "
+                                          "selects MultiWorkerMirroredStrategy)")
+    parser.add_argument("--accumulate-steps", type=int,
+                        help="micro-batches per optimizer step (e.g. 8 on one GPU for the paper's 8-GPU batch)")
+    parser.add_argument("--mixed-precision", choices=MIXED_PRECISION_MODES,
+                        help="off (default), on = mixed_float16 on GPUs and mixed_bfloat16 elsewhere, or a policy")
+    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction,
+                        help="compile the training step with XLA (default off: one compilation per batch shape)")
+    parser.add_argument("--checkpoint-every-steps", type=int, help="save every N steps")
+    parser.add_argument("--checkpoint-every-minutes", type=float, help="save every M minutes (the paper: 10)")
+    parser.add_argument("--keep-checkpoints", type=int, help="checkpoints kept (at least the number averaged)")
+    parser.add_argument("--eval-every-steps", type=int, help="validation loss and BLEU every N steps")
+    parser.add_argument("--log-every-steps", type=int, help="training scalars to TensorBoard every N steps")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override any config field, e.g. --set dropout_rate=0.2 --set data.max_length=128 "
+                             "(configs: model, train, data, decode, run); repeatable")
+    parser.add_argument("--export-dir", type=pathlib.Path,
+                        help="SavedModel base directory (default exported/<run name>)")
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
+                        help="Keras' console output: 0 silent, 1 progress bar, 2 one line per epoch")
+    return parser.parse_args(argv)
+
+
+def build_configs(args):
+    """The run's configs: the preset's, then the flags, then the --set overrides."""
+    flags = {"data.reverse": True if args.reverse else None, "train.train_steps": args.train_steps, "train.tokens_per_batch": args.tokens_per_batch,
+             "run.seed": args.seed, "data.seed": args.seed, "run.accumulate_steps": args.accumulate_steps,
+             "run.mixed_precision": args.mixed_precision, "run.jit_compile": args.jit_compile,
+             "run.checkpoint_every_steps": args.checkpoint_every_steps,
+             "run.checkpoint_every_minutes": args.checkpoint_every_minutes,
+             "run.keep_checkpoints": args.keep_checkpoints, "run.eval_every_steps": args.eval_every_steps,
+             "run.log_every_steps": args.log_every_steps}
+    assignments = [f"{key}={value}" for key, value in flags.items() if value is not None]
+    return apply_overrides(preset_configs(args.preset, args.dataset), assignments + args.overrides)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    configs = build_configs(args)
+    run_name = _run_name(args.dataset, args.preset, args.reverse)
+    workdir = args.workdir or pathlib.Path("runs") / run_name
+    export_dir = args.export_dir or pathlib.Path("exported") / workdir.name
+
+    from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
+    from keras_transformer.training.distribution import select_strategy
+    from keras_transformer.training.run import train_and_evaluate
+
+    strategy = select_strategy(args.devices.split(",") if args.devices else None)
+    try:
+        result = train_and_evaluate(workdir, configs, strategy=strategy, export_dir=export_dir,
+                                    verbose=args.verbose)
+    except TrainingDiverged as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    except TrainingInterrupted as error:
+        print(str(error), file=sys.stderr, flush=True)
+        return 143
+    if result.scores is None:  # a non-chief worker
+        return 0
+    print(result.scores.report(f"test ({result.step} steps, average of the last "
+                               f"{configs.train.checkpoints_to_average} checkpoints, beam {configs.decode.beam_size})"))
+    print(f"SavedModel: {result.export_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
