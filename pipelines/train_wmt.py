@@ -24,9 +24,9 @@ def _run_name(dataset, preset, reverse=False):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--preset", default="base", choices=("tiny", "base", "big"),
-                        help="model and recipe: base/big are the paper's (Table 3, sections 5-6); tiny runs "
-                             "in minutes on a CPU")
+    parser.add_argument("--preset", default="base", choices=("tiny", "small", "base", "big"),
+                        help="model and recipe: base/big are the paper's (Table 3, sections 5-6); small learns "
+                             "Multi30k in an hour on 2 CPU cores; tiny runs in minutes")
     parser.add_argument("--dataset", default="wmt14",
                         help="wmt14 (TFDS wmt14_translate/de-en), numbers (offline), multi30k, newstest, tatoeba "
                              "(from ../shared/data or $KT_SHARED_DATA), or a local spec such as "
@@ -50,6 +50,8 @@ def parse_args(argv=None):
                         help="off (default), on = mixed_float16 on GPUs and mixed_bfloat16 elsewhere, or a policy")
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction,
                         help="compile the training step with XLA (default off: one compilation per batch shape)")
+    parser.add_argument("--max-train-minutes", type=float,
+                        help="stop training after this many minutes (saving a checkpoint), then finish the job")
     parser.add_argument("--checkpoint-every-steps", type=int, help="save every N steps")
     parser.add_argument("--checkpoint-every-minutes", type=float, help="save every M minutes (the paper: 10)")
     parser.add_argument("--keep-checkpoints", type=int, help="checkpoints kept (at least the number averaged)")
@@ -67,13 +69,14 @@ def parse_args(argv=None):
 
 def build_configs(args):
     """The run's configs: the preset's, then the flags, then the --set overrides."""
-    flags = {"data.reverse": True if args.reverse else None, "train.train_steps": args.train_steps, "train.tokens_per_batch": args.tokens_per_batch,
+    flags = {"data.reverse": True if args.reverse else None, "train.train_steps": args.train_steps,
+             "train.tokens_per_batch": args.tokens_per_batch,
              "run.seed": args.seed, "data.seed": args.seed, "run.accumulate_steps": args.accumulate_steps,
              "run.mixed_precision": args.mixed_precision, "run.jit_compile": args.jit_compile,
              "run.checkpoint_every_steps": args.checkpoint_every_steps,
              "run.checkpoint_every_minutes": args.checkpoint_every_minutes,
              "run.keep_checkpoints": args.keep_checkpoints, "run.eval_every_steps": args.eval_every_steps,
-             "run.log_every_steps": args.log_every_steps}
+             "run.log_every_steps": args.log_every_steps, "run.max_train_minutes": args.max_train_minutes}
     assignments = [f"{key}={value}" for key, value in flags.items() if value is not None]
     return apply_overrides(preset_configs(args.preset, args.dataset), assignments + args.overrides)
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import pathlib
+import time
 from typing import Optional
 
 import keras
@@ -70,6 +71,23 @@ def fit_segments(start_step: int, train_steps: int, eval_every: int) -> list[tup
     return segments
 
 
+class TrainingTimeLimit(keras.callbacks.Callback):
+    """Stops training once `minutes` have passed since it was made, after saving a checkpoint."""
+
+    def __init__(self, run_checkpoint: RunCheckpoint, minutes: Optional[float]):
+        super().__init__()
+        self.run_checkpoint = run_checkpoint
+        self.deadline = None if minutes is None else time.monotonic() + 60.0 * minutes
+        self.reached = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.deadline is not None and time.monotonic() >= self.deadline and not self.model.stop_training:
+            logger.info("the training time limit is reached at step %d; saved %s", self.run_checkpoint.step,
+                        self.run_checkpoint.save())
+            self.reached = True
+            self.model.stop_training = True
+
+
 def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
     with strategy.scope():
         position = DataPosition()
@@ -100,6 +118,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                               BeamSearchTranslator(model, tokenizer, configs.decode), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
                               num_samples=run.sample_translations, write=chief)
+    time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes)
     try:
         with sigterm_handler(checkpoints.request_termination):
             for initial_epoch, epochs, steps in fit_segments(run_checkpoint.step, configs.train.train_steps,
@@ -112,13 +131,15 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                                                     start_batch=start_batch,
                                                     accumulate_steps=run.accumulate_steps, input_context=context))
                 model.fit(stream, initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
-                          callbacks=[checkpoints, monitor], verbose=verbose)
+                          callbacks=[checkpoints, time_limit, monitor], verbose=verbose, shuffle=False)
                 if checkpoints.diverged:
                     raise TrainingDiverged(checkpoints.diverged)
                 if checkpoints.interrupted:
                     raise TrainingInterrupted(
                         f"SIGTERM: saved {run_checkpoint.manager.latest_checkpoint} at step {run_checkpoint.step}"
                         f"; run the same command again to resume")
+                if time_limit.reached:
+                    break
     finally:
         monitor.close()
     return monitor.history

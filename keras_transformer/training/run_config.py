@@ -48,6 +48,8 @@ class RunConfig:
       mixed_precision: "off", "mixed_float16", "mixed_bfloat16", or "on" (mixed_float16 on GPUs,
         mixed_bfloat16 elsewhere).
       jit_compile: compile the training step with XLA (one compilation per batch shape).
+      max_train_minutes: stop training after this many minutes of this process (saving a
+        checkpoint), then average, evaluate and export as at the last step; None: no limit.
     """
 
     seed: int = 0
@@ -61,6 +63,7 @@ class RunConfig:
     sample_translations: int = 4
     mixed_precision: str = "off"
     jit_compile: bool = False
+    max_train_minutes: Optional[float] = None
 
     def __post_init__(self):
         for name in ("accumulate_steps", "checkpoint_every_steps", "keep_checkpoints", "eval_every_steps",
@@ -69,6 +72,8 @@ class RunConfig:
             _require(isinstance(value, int) and value > 0, f"RunConfig.{name} must be a positive integer; got {value!r}")
         _require(self.checkpoint_every_minutes > 0,
                  f"RunConfig.checkpoint_every_minutes must be positive; got {self.checkpoint_every_minutes!r}")
+        _require(self.max_train_minutes is None or self.max_train_minutes > 0,
+                 f"RunConfig.max_train_minutes must be positive or None; got {self.max_train_minutes!r}")
         _require(self.sample_translations >= 0, "RunConfig.sample_translations must be >= 0")
         _require(self.mixed_precision in MIXED_PRECISION_MODES,
                  f"RunConfig.mixed_precision must be one of {MIXED_PRECISION_MODES}; got {self.mixed_precision!r}")
@@ -84,6 +89,8 @@ class RunConfig:
 RUN_PRESETS = {
     "base": RunConfig(keep_checkpoints=10),
     "big": RunConfig(keep_checkpoints=25),
+    "small": RunConfig(checkpoint_every_steps=250, keep_checkpoints=10, eval_every_steps=1000,
+                       log_every_steps=50, eval_sentences=300),
     # The offline quick run: a few minutes on 2 CPU cores.
     "tiny": RunConfig(checkpoint_every_steps=100, keep_checkpoints=5, eval_every_steps=200,
                       log_every_steps=20, eval_sentences=200, sample_translations=3),

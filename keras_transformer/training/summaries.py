@@ -118,13 +118,21 @@ class TrainingMonitor(keras.callbacks.Callback):
         if step % self.log_every_steps or self.model.stop_training:
             return
         values = {name: float(np.asarray(logs[name])) for name in TRAIN_SCALARS if logs and name in logs}
-        values["learning_rate"] = float(np.asarray(self.model.optimizer.learning_rate))
+        values["learning_rate"] = self._learning_rate_of_last_step()
         if self.write:
             with self.train_writer.as_default(step=step):
                 for name, value in values.items():
                     tf.summary.scalar(name, value)
             self.train_writer.flush()
         self._reset_pending = True
+
+    def _learning_rate_of_last_step(self):
+        """The rate the last update used: the optimizer's own `learning_rate` is already the next one's."""
+        optimizer = self.model.optimizer
+        schedule = optimizer._learning_rate  # the schedule or the constant that compile() was given
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return float(np.asarray(schedule(optimizer.iterations - 1)))
+        return float(np.asarray(optimizer.learning_rate))
 
     def on_epoch_end(self, epoch, logs=None):
         if self.model.stop_training:  # NaN or SIGTERM: leave quickly, the checkpoint is what matters
