@@ -13,7 +13,8 @@ import re
 import sys
 
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
-from keras_transformer.training.run_config import MIXED_PRECISION_MODES, apply_overrides, preset_configs
+from keras_transformer.training.run_config import (MIXED_PRECISION_MODES, RunConfigs, apply_overrides,
+                                                   preset_configs)
 
 
 def _run_name(dataset, preset, reverse=False):
@@ -62,6 +63,8 @@ def parse_args(argv=None):
                              "(configs: model, train, data, decode, run); repeatable")
     parser.add_argument("--export-dir", type=pathlib.Path,
                         help="SavedModel base directory (default exported/<run name>)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the run's configs (after flags and overrides) and the workdir, and exit")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="Keras' console output: 0 silent, 1 progress bar, 2 one line per epoch")
     return parser.parse_args(argv)
@@ -87,6 +90,11 @@ def main(argv=None):
     run_name = _run_name(args.dataset, args.preset, args.reverse)
     workdir = args.workdir or pathlib.Path("runs") / run_name
     export_dir = args.export_dir or pathlib.Path("exported") / workdir.name
+    if args.dry_run:
+        for name in RunConfigs.FILENAMES:
+            print(f"{name}: {getattr(configs, name).to_json()}")
+        print(f"workdir: {workdir}\nexport: {export_dir}/<version>")
+        return 0
 
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
     from keras_transformer.training.distribution import select_strategy

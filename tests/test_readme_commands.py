@@ -1,0 +1,100 @@
+"""Every command in the README runs somewhere, so the README cannot go stale.
+
+Each shell command of the README's ```bash blocks is one of:
+  - the two set-up commands: the first is run by tests/readme_run.py (with fewer steps), the second
+    is .ci/run itself (checked below to be exactly that command);
+  - `curl` requests and the gRPC snippet: run by tests/test_serving_readme.py;
+  - `docker run` of TF Serving: no Docker engine runs on our machines, so the test checks that the
+    folder it mounts is the export the first command writes, in TF Serving's NAME/VERSION layout;
+  - `python -m pipelines.*` and `python benchmarks/*.py`: run here, in a directory where
+    runs/numbers-reverse-tiny and exported/numbers-reverse-tiny are the first command's output
+    (benchmarks are run with their shortest settings and only on what they print, never timed).
+A command of any other kind fails the test until it is given a way to run.
+"""
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.readme_run import README, REPOSITORY, readme_run  # noqa: F401
+from tests.test_serving_readme import ENGLISH_NUMBER
+
+pytestmark = pytest.mark.slow
+
+
+def readme_commands():
+    """Shell commands of the README's bash blocks, continuation lines joined."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        commands += [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    return commands
+
+
+def test_the_second_setup_command_is_what_ci_runs():
+    test_command = readme_commands()[1]
+    assert test_command == 'pip install -e ".[test]" && python -m pytest -q'
+    assert test_command in (REPOSITORY / ".ci" / "run").read_text().splitlines()
+
+
+def test_every_readme_command_has_a_runner():
+    kinds = {"setup": 0, "curl": 0, "docker": 0, "pipeline": 0, "benchmark": 0}
+    for command in readme_commands():
+        if command.startswith("pip install"):
+            kinds["setup"] += 1
+        elif command.startswith("curl "):
+            kinds["curl"] += 1
+        elif command.startswith("docker run"):
+            kinds["docker"] += 1
+        elif command.startswith("python -m pipelines."):
+            kinds["pipeline"] += 1
+        elif command.startswith(("python benchmarks/", "../shared/peers/compare.sh")):
+            kinds["benchmark"] += 1
+        else:
+            pytest.fail(f"README command without a runner: {command}")
+    assert kinds["setup"] == 2 and kinds["curl"] == 3 and kinds["docker"] == 1 and kinds["pipeline"] >= 3
+
+
+def test_docker_serves_what_the_first_command_exports(readme_run):
+    (command,) = [c for c in readme_commands() if c.startswith("docker run")]
+    mount = re.search(r'-v "\$PWD/([^:"]+):/models/([^"]+)"', command)
+    name = re.search(r"MODEL_NAME=(\S+)", command).group(1)
+    assert mount.group(1) == f"exported/{readme_run.export_dir.name}"
+    assert mount.group(2) == name == readme_run.export_dir.name
+    assert (readme_run.export_dir / "1" / "saved_model.pb").is_file()  # NAME/VERSION/, as TF Serving reads
+    assert re.search(r"tensorflow/serving:\d+\.\d+\.\d+$", command)
+
+
+@pytest.fixture(scope="module")
+def readme_directory(readme_run, tmp_path_factory):
+    """A working directory laid out as after the first command, with a sources.txt to translate."""
+    directory = tmp_path_factory.mktemp("readme_commands")
+    shutil.copytree(readme_run.workdir, directory / "runs" / readme_run.workdir.name)
+    shutil.copytree(readme_run.export_dir, directory / "exported" / readme_run.export_dir.name)
+    (directory / "sources.txt").write_text("sieben\ndreihundertzwölf\n", encoding="utf-8")
+    return directory
+
+
+@pytest.mark.parametrize("index", [i for i, c in enumerate(readme_commands()) if c.startswith("python -m pipelines.")])
+def test_readme_pipeline_command_runs(index, readme_directory):
+    command = readme_commands()[index]
+    argv = [sys.executable] + shlex.split(command)[1:]
+    if "--dataset" not in command and "pipelines.train_wmt" in command:
+        argv.append("--dry-run")  # WMT14 cannot be downloaded here; tests/data/test_tfds_corpus.py mocks it
+    result = subprocess.run(argv, cwd=readme_directory, capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
+    assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    if "pipelines.translate" in command:
+        output = pathlib.Path(readme_directory, re.search(r"--output (\S+)", command).group(1))
+        translations = output.read_text(encoding="utf-8").splitlines()
+        assert len(translations) == 2 and all(ENGLISH_NUMBER.fullmatch(text) for text in translations), translations
+    if "pipelines.evaluate" in command:
+        assert "sacreBLEU" in result.stdout and "nrefs:1|case:mixed" in result.stdout
+    if "--dry-run" in argv:
+        assert '"train_steps": 100000' in result.stdout and '"d_model": 512' in result.stdout
+    if "pipelines.export" in command:
+        assert result.stdout.strip().endswith("/2")  # the next version beside the first command's

@@ -1,0 +1,97 @@
+"""The run's configs: presets, --set overrides and their errors, the micro-batch budget, fit segments."""
+import dataclasses
+
+import pytest
+
+from keras_transformer.config import TrainConfig
+from keras_transformer.training.run import fit_segments
+from keras_transformer.training.run_config import (RunConfig, RunConfigs, apply_overrides, micro_batch_budget,
+                                                   preset_configs, with_micro_batch_budget)
+from pipelines import train_wmt
+
+
+def test_base_and_big_recipes_are_the_papers():
+    base, big = preset_configs("base"), preset_configs("big")
+    assert (base.train.train_steps, big.train.train_steps) == (100_000, 300_000)
+    assert base.train.warmup_steps == big.train.warmup_steps == 4000
+    assert (base.train.adam_beta_1, base.train.adam_beta_2, base.train.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert base.train.tokens_per_batch == 25_000
+    assert (base.train.checkpoints_to_average, big.train.checkpoints_to_average) == (5, 20)
+    assert (base.model.dropout_rate, big.model.dropout_rate) == (0.1, 0.3)
+    assert base.model.label_smoothing == big.model.label_smoothing == 0.1
+    assert (base.decode.beam_size, base.decode.alpha, base.decode.extra_length) == (4, 0.6, 50)
+    assert base.run.checkpoint_every_minutes == 10.0
+    assert base.data.dataset == "wmt14"
+
+
+def test_overrides_reach_every_config_and_parse_types():
+    configs = apply_overrides(preset_configs("tiny"), [
+        "dropout_rate=0.2", "train.train_steps=7", "data.max_length=64", "beam_size=2",
+        "run.jit_compile=true", "tfds_data_dir=none"])
+    assert configs.model.dropout_rate == 0.2
+    assert configs.train.train_steps == 7
+    assert configs.data.max_length == 64
+    assert configs.decode.beam_size == 2
+    assert configs.run.jit_compile is True
+    assert configs.data.tfds_data_dir is None
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("dropout_rate", "FIELD=VALUE"),
+    ("no_such_field=1", "no config has a field 'no_such_field'"),
+    ("max_length=64", "'max_length' is a field of model, data; qualify it"),
+    ("optimizer.warmup_steps=3", "unknown config 'optimizer'"),
+    ("train_steps=many", "cannot read 'many' as int"),
+    ("jit_compile=maybe", "expected true or false, got 'maybe'"),
+    ("dropout_rate=1.5", "dropout_rate must be in [0, 1); got 1.5"),
+])
+def test_bad_overrides_name_the_value(assignment, message):
+    with pytest.raises(ValueError, match=None) as error:
+        apply_overrides(preset_configs("tiny"), [assignment])
+    assert message in str(error.value)
+
+
+def test_flags_become_overrides():
+    args = train_wmt.parse_args(["--preset", "tiny", "--dataset", "numbers", "--reverse", "--train-steps", "30",
+                                 "--accumulate-steps", "2", "--set", "d_ff=96"])
+    configs = train_wmt.build_configs(args)
+    assert configs.data.reverse is True
+    assert configs.train.train_steps == 30
+    assert configs.run.accumulate_steps == 2
+    assert configs.model.d_ff == 96
+    assert configs.data.dataset == "numbers"
+
+
+def test_micro_batch_budget_splits_the_step_over_replicas_and_micro_batches():
+    train = TrainConfig(tokens_per_batch=25_000)
+    # The paper's 8 GPUs, and one GPU accumulating 8 micro-batches, get the same micro-batch.
+    assert micro_batch_budget(train, RunConfig(), num_replicas=8) == 3125
+    assert micro_batch_budget(train, RunConfig(accumulate_steps=8), num_replicas=1) == 3125
+    configs = with_micro_batch_budget(preset_configs("base"), num_replicas=8)
+    assert configs.data.tokens_per_batch == 3125
+    with pytest.raises(ValueError, match="less than one pair of data.max_length=256"):
+        with_micro_batch_budget(dataclasses.replace(preset_configs("base"), run=RunConfig(accumulate_steps=200)), 1)
+
+
+@pytest.mark.parametrize("start, steps, every, expected", [
+    (0, 1000, 200, [(0, 5, 200)]),
+    (0, 500, 200, [(0, 2, 200), (2, 3, 100)]),
+    (300, 1000, 200, [(1, 2, 100), (2, 5, 200)]),
+    (1000, 1000, 200, []),
+])
+def test_fit_segments_cover_the_remaining_steps(start, steps, every, expected):
+    segments = fit_segments(start, steps, every)
+    assert segments == expected
+    assert start + sum((epochs - initial) * per_epoch for initial, epochs, per_epoch in segments) == steps
+
+
+def test_written_configs_read_back_and_guard_resumption(tmp_path):
+    configs = preset_configs("tiny", "numbers")
+    configs.write(tmp_path)
+    assert RunConfigs.read(tmp_path) == configs
+    configs.check_resumable(tmp_path)  # the same run resumes
+    longer = apply_overrides(configs, ["train_steps=5000"])
+    longer.check_resumable(tmp_path)  # training longer is allowed
+    other_model = apply_overrides(configs, ["d_model=128"])
+    with pytest.raises(ValueError, match=r"model_config.json differs .*d_model: 64 in the workdir, 128 now"):
+        other_model.check_resumable(tmp_path)
