@@ -1,0 +1,145 @@
+"""TrainingTransformer's step on the stream's elements: 8 replicas, or 4 accumulated micro-batches, equal
+one device on the whole global batch (loss and updated weights); the DataPosition follows the last batch.
+
+Tolerances: float32 sums taken in another order (per replica, per micro-batch) differ in their last
+bits, so losses agree to 1e-5 relative and weights to 1e-5 relative plus 1e-6 absolute (weights
+near zero). A wrongly normalized loss is off by far more: dividing each replica's token-loss sum
+by its own real-token count (then by the 8 replicas) weighs a token by 1 / (8 x its replica's count)
+instead of 1 / (the global count); tried on the mirrored test, every element of some weights then
+misses by up to 0.1 (100% mismatched), although the token-weighted reported loss still agrees.
+
+SGD, not Adam, as in tests/test_model.py: Adam's first update is about lr * sign(gradient) whatever
+the gradient's scale, which would hide a wrongly normalized loss.
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.training.data_stream import DataPosition, pack_micro_batches
+from keras_transformer.training.training_model import TrainingTransformer
+
+VOCAB = 30
+CONFIG = TransformerConfig.from_preset("tiny", vocab_size=VOCAB, dropout_rate=0.0)
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _batches(rng, num_batches):
+    """Batches of the stream's format, each padded only to its own lengths (its own bucket), with
+    real-token counts that differ a lot from one batch to the next: ((source, target_in), target_out)."""
+    batches = []
+    for index in range(num_batches):
+        size = 1 + index % 3
+        source_lengths = 1 + (np.arange(size) + 2 * index) % 6
+        target_lengths = 2 + (np.arange(size) * 3 + index) % 7
+        source = np.zeros((size, source_lengths.max()), np.int32)
+        target = np.zeros((size, target_lengths.max() + 1), np.int32)
+        for row in range(size):
+            source[row, :source_lengths[row]] = rng.integers(4, VOCAB, size=source_lengths[row])
+            target[row, :target_lengths[row] + 1] = rng.integers(4, VOCAB, size=target_lengths[row] + 1)
+        batches.append(((source, target[:, :-1]), target[:, 1:]))
+    return batches
+
+
+def _union(batches):
+    """The batches as one batch, padded to the longest source and target."""
+    source_length = max(b[0][0].shape[1] for b in batches)
+    target_length = max(b[1].shape[1] for b in batches)
+
+    def stack(tensors, length):
+        return np.concatenate([np.pad(t, [[0, 0], [0, length - t.shape[1]]]) for t in tensors])
+
+    return ((stack([b[0][0] for b in batches], source_length), stack([b[0][1] for b in batches], target_length)),
+            stack([b[1] for b in batches], target_length))
+
+
+def _real_tokens(batch):
+    return int(np.count_nonzero(batch[1]))
+
+
+def _element(batch, position):
+    """A stream element: {"batch": ((source, target_in), target_out), "position": [epoch, index]}."""
+    return {"batch": batch, "position": np.array(position, np.int64)}
+
+
+def _train_one_step(strategy, initial_weights, dataset, accumulate_steps=1):
+    """One optimizer step of a TrainingTransformer (SGD, learning rate 1) from initial_weights on
+    `dataset` (one step's elements); returns (reported loss, weights, DataPosition value)."""
+    with strategy.scope():
+        position = DataPosition()
+        model = TrainingTransformer(CONFIG, accumulate_steps=accumulate_steps, data_position=position)
+        model.compile(optimizer=keras.optimizers.SGD(1.0))
+        model.prepare_for_training()
+        model.set_weights(initial_weights)
+    history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0).history
+    assert int(model.optimizer.iterations.numpy()) == 1
+    return history["loss"][0], model.get_weights(), position.value()
+
+
+def _initial_weights():
+    model = TrainingTransformer(CONFIG)
+    model.build()
+    return model.get_weights()
+
+
+def _assert_same_step(result, expected, initial):
+    loss, weights, _ = result
+    expected_loss, expected_weights, _ = expected
+    assert loss == pytest.approx(expected_loss, rel=RTOL)
+    for got, want in zip(weights, expected_weights):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert any(not np.allclose(w, s) for w, s in zip(expected_weights, initial)), "the step changed nothing"
+
+
+def test_mirrored_step_on_stream_elements_equals_one_device_on_the_global_batch():
+    """8 replicas, each given its own batch of the stream (own shape, own real-token count): same loss
+    and weights as one device on their union; the DataPosition is after the last batch of all replicas."""
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(devices) == 8, "tests/conftest.py declares 8 logical CPUs"
+    batches = _batches(np.random.default_rng(0), len(devices))
+    assert len({_real_tokens(b) for b in batches}) > 1
+    # Replica i reads batch i; the batches straddle an epoch's end. The first replica's is the earliest:
+    # without gathering all replicas' positions, its (0, 5) would be recorded (tried: it is).
+    positions = [[0, 4], [0, 5], [0, 6], [0, 7], [0, 8], [0, 9], [1, 0], [1, 1]]
+    initial = _initial_weights()
+
+    strategy = tf.distribute.MirroredStrategy(devices)
+    elements = [_element(b, p) for b, p in zip(batches, positions)]
+    # One input pipeline (one worker) whose consecutive elements go to replicas 0..7, as in run.py.
+    per_replica = strategy.distribute_datasets_from_function(lambda context: _ragged_elements(elements))
+    mirrored = _train_one_step(strategy, initial, per_replica)
+
+    one_device = tf.distribute.OneDeviceStrategy(devices[0])
+    union = _ragged_elements([_element(_union(batches), [1, 1])])
+    expected = _train_one_step(one_device, initial, union)
+
+    _assert_same_step(mirrored, expected, initial)
+    assert mirrored[2] == (1, 2), "position after batch [1, 1], the last one any replica consumed"
+
+
+def _ragged_elements(elements):
+    """A dataset yielding `elements` (of different shapes) in order."""
+    signature = {"batch": ((tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None, None], tf.int32)),
+                 "position": tf.TensorSpec([2], tf.int64)}
+    return tf.data.Dataset.from_generator(lambda: iter(elements), output_signature=signature)
+
+
+def test_accumulated_micro_batches_equal_one_step_on_their_union():
+    """accumulate_steps=4 on micro-batches of different lengths, packed by `pack_micro_batches` as the
+    stream packs them: same loss and weights as one step on the union; position after the last one."""
+    batches = _batches(np.random.default_rng(1), 4)
+    assert len({_real_tokens(b) for b in batches}) == 4
+    assert len({b[1].shape for b in batches}) > 1
+    budget = max(max(b[0][0].size, b[1].size) for b in batches)
+    positions = [[3, 7], [3, 8], [3, 9], [4, 0]]
+    stream = _ragged_elements([_element(b, p) for b, p in zip(batches, positions)])
+    packed = pack_micro_batches(stream, 4, budget)
+    initial = _initial_weights()
+    device = tf.distribute.OneDeviceStrategy("/cpu:0")
+
+    accumulated = _train_one_step(device, initial, packed, accumulate_steps=4)
+    expected = _train_one_step(device, initial, _ragged_elements([_element(_union(batches), [4, 0])]))
+
+    _assert_same_step(accumulated, expected, initial)
+    assert accumulated[2] == (4, 1)
