@@ -8,6 +8,7 @@ Run the same command again after an interruption (even SIGKILL) to resume from t
 TensorBoard: `tensorboard --logdir <workdir>/tensorboard`.
 """
 import argparse
+import logging
 import pathlib
 import re
 import sys
@@ -96,6 +97,8 @@ def main(argv=None):
         print(f"workdir: {workdir}\nexport: {export_dir}/<version>")
         return 0
 
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keras_transformer").setLevel(logging.INFO)  # restored/saved checkpoints, data position
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
     from keras_transformer.training.distribution import select_strategy
     from keras_transformer.training.run import train_and_evaluate
