@@ -57,6 +57,7 @@ def main():
     import time
 
     from keras_transformer.data import SubwordTokenizer, get_corpus, shared_data_root
+    from keras_transformer.data.corpora import read_aligned_files
     from keras_transformer.training.evaluation import BeamSearchTranslator, score
     from keras_transformer.training.run import train_and_evaluate
     from keras_transformer.training.run_config import RunConfigs, apply_overrides, preset_configs
@@ -82,8 +83,8 @@ def main():
     name, translator, validation_scores = best
 
     for test_set in ("test_2016_flickr", "test_2017_flickr"):
-        spec = f"test={folder / (test_set + '.en')},{folder / (test_set + '.de')}"
-        pairs = list(get_corpus(spec).pairs("test"))[:args.max_sentences]
+        pairs, _ = read_aligned_files(folder / f"{test_set}.en", folder / f"{test_set}.de")
+        pairs = pairs[:args.max_sentences]
         scores = score(translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs])
         log(scores.report(f"{test_set} ({name})"))
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),

@@ -105,36 +105,16 @@ def load_model_from_workdir(workdir, checkpoint=None, weights=None):
 
 
 def restore_checkpoint(model, prefix):
-    """Restores every trainable weight of model from a tf.train.Checkpoint(model=model, ...) prefix.
+    """Restores every weight of model from a tf.train.Checkpoint(model=model, ...) prefix.
 
-    tf.train.Checkpoint follows Keras 3 layers only through attributes that are layers, not through
-    Python lists of layers (Keras wraps those in a TrackedList that TensorFlow's checkpoint graph
-    does not see): the encoder and decoder stacks keep their layers in a list, so their weights are
-    missing under `model/`. They are then taken from the optimizer's list of trainable variables
-    in the same checkpoint (`optimizer/_trainable_variables/<i>`, in model.trainable_variables
-    order, as model.fit builds it), with a warning. Raises ValueError if a weight is in neither.
+    Other objects of the checkpoint (the optimizer, the data position) are ignored. Raises
+    ValueError if a weight of the model is not in the checkpoint.
     """
-    status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
-    reachable = {id(trackable) for trackable in tf.train.TrackableView(model).descendants()}
-    untracked = [v.path for v in model.trainable_variables if id(v) not in reachable]
-    try:
-        status.assert_existing_objects_matched()
-        if not untracked:
-            return
-    except AssertionError:  # a checkpoint written while the model's tracking was incomplete
-        pass
-    optimizer_view = tf.__internal__.tracking.AutoTrackable()
-    optimizer_view._trainable_variables = list(model.trainable_variables)
-    status = tf.train.Checkpoint(model=model, optimizer=optimizer_view).restore(prefix).expect_partial()
+    status = tf.train.Checkpoint(model=model).read(prefix).expect_partial()
     try:
         status.assert_existing_objects_matched()
     except AssertionError as error:
-        raise ValueError(
-            f"checkpoint {prefix} does not hold every weight of the model under `model/`, nor an "
-            f"optimizer list of the model's trainable variables to take them from") from error
-    logger.warning("%s: weights missing under `model/` (tf.train.Checkpoint does not follow layers kept in "
-                   "Python lists); restored all %d trainable weights from optimizer/_trainable_variables",
-                   prefix, len(model.trainable_variables))
+        raise ValueError(f"checkpoint {prefix} does not hold every weight of the model: {error}") from error
 
 
 def _checkpoint_prefix(path):

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.export import restore_checkpoint
 from keras_transformer.model import Transformer
 from keras_transformer.training.checkpointing import checkpoint_directory
 
@@ -37,10 +38,9 @@ def average_checkpoints(model: Transformer, checkpoint_paths: Sequence[str]) -> 
     if not checkpoint_paths:
         raise ValueError("no checkpoints to average")
     model.build()
-    checkpoint = tf.train.Checkpoint(model=model)
     sums = None
     for path in checkpoint_paths:
-        checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+        restore_checkpoint(model, path)
         weights = [np.asarray(weight, np.float64) for weight in model.get_weights()]
         sums = weights if sums is None else [total + weight for total, weight in zip(sums, weights)]
     model.set_weights([total / len(checkpoint_paths) for total in sums])
