@@ -40,6 +40,20 @@ def cached_causal_mask(cache_length, step):
     return tf.reshape(tf.range(cache_length) <= step, (1, 1, -1))
 
 
+def cached_beam_mask(beams, step):
+    """(B, W, L * W) for incremental beam decoding with a cache shared by a sentence's W hypotheses
+    (MultiHeadAttention.call_cached): hypothesis w sees cache slot (position l, beam w') iff
+    l <= step and beams[b, w, l] == w', i.e. if that slot holds its own prefix's position l.
+
+    beams: int (B, W, L), the beam slot holding each position of each hypothesis' prefix.
+    """
+    beam_size = beams.shape[1]
+    shape = tf.shape(beams)
+    holds_prefix = tf.equal(beams[..., None], tf.range(beam_size, dtype=beams.dtype))  # (B, W, L, W)
+    mask = tf.logical_and(holds_prefix, cached_causal_mask(shape[2], step)[..., None])
+    return tf.reshape(mask, (shape[0], beam_size, shape[2] * beam_size))
+
+
 def large_negative(dtype):
     # Big enough to zero a softmax term, small enough not to overflow float16 (max 65504).
     return -3e4 if dtype == tf.float16 else -1e9

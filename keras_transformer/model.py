@@ -107,21 +107,24 @@ class Transformer(keras.Model):
         Encodes once, computes every decoder layer's encoder-decoder keys and values once per
         sentence, and returns (step_fn, initial_cache): step_fn(ids (B*W,), step, cache) ->
         (logits (B*W, V) float32, cache) feeds one target position of W hypotheses per sentence
-        (batch-major) through the cached decoder. cache_length (L) is the most positions it will
-        be fed (default: the config's max_length).
+        (batch-major) through the cached decoder; its `reorder_cache` moves only the rows' prefix
+        slots (Decoder.reorder_cache), never the keys and values. cache_length (L) is the most
+        positions it will be fed (default: the config's max_length).
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
         memory, source_padding_mask = self.encode(source_ids, training=False)
         memory_key_values = self.decoder.project_memory(memory)
         memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)
         batch_size = tf.shape(source_ids)[0]
-        initial_cache = self.decoder.initial_cache(batch_size * beam_size, cache_length, memory.dtype)
+        initial_cache = self.decoder.initial_cache(batch_size * beam_size, cache_length, memory.dtype, beam_size)
+        output_kernel = self.output_embedding.transposed_embeddings(memory.dtype)  # (D, V), made once
 
         def step_fn(ids, step, cache):
             x = self.target_positional(self.target_embedding(ids[:, None]), start=step)  # (B*W, 1, D)
             x, cache = self.decoder.call_cached(x, memory_key_values, memory_bias, cache, step, beam_size)
-            return self.output_embedding.logits(x)[:, 0, :], cache
+            return self.output_embedding.logits(x, output_kernel)[:, 0, :], cache
 
+        step_fn.reorder_cache = self.decoder.reorder_cache
         return step_fn, initial_cache
 
     # Training: the loss is divided by the real target tokens of the global batch.

@@ -41,3 +41,12 @@ def test_mask_to_bias_rejects_wrong_rank_and_dtype():
         masking.mask_to_bias(tf.constant([True]), tf.float32)
     with pytest.raises(ValueError, match="must be boolean"):
         masking.mask_to_bias(tf.constant([[1, 0]]), tf.float32)
+
+
+def test_cached_beam_mask_sees_the_slots_of_each_hypothesis_prefix():
+    # One sentence, W = 2, L = 3, at step 1: hypothesis 0 holds position 0 in beam slot 1 and
+    # position 1 in its own slot 0; hypothesis 1 holds both in slot 1. Slots (l, w') in order
+    # (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1); position 2 is not written yet.
+    beams = tf.constant([[[1, 0, 0], [1, 1, 1]]])
+    np.testing.assert_array_equal(masking.cached_beam_mask(beams, tf.constant(1)),
+                                  [[[0, 1, 1, 0, 0, 0], [0, 1, 0, 1, 0, 0]]])

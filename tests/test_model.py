@@ -5,6 +5,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.config import TrainConfig
+from keras_transformer.decoding import beam_search
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
 TARGET = np.array([[2, 11, 12, 13, 14, 15], [2, 16, 17, 18, 0, 0]], np.int32)
@@ -151,3 +152,26 @@ def test_mirrored_strategy_step_equals_one_device_step():
     for a, b, start in zip(mirrored_weights, one_weights, initial):
         np.testing.assert_allclose(a, b, atol=2e-6)
     assert any(not np.allclose(a, s) for a, s in zip(one_weights, initial))
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_beam_search_on_the_shared_cache_equals_reordering_prefixes(beam_size):
+    """The cached step function moves only its prefix slots between beams (reorder_cache); beam
+    search with it finds what beam search finds by rerunning the whole prefix at every step."""
+    model = _tiny()
+    source, length = tf.constant(SOURCE), 6
+    step_fn, cache = model.decoding_step_fn(source, beam_size, cache_length=length)
+    full_source = tf.repeat(source, beam_size, axis=0)
+
+    def full_step_fn(ids, step, prefix):
+        prefix = tf.where(tf.range(length) == step, ids[:, None], prefix)
+        return model((full_source, prefix[:, :step + 1]), training=False)[:, -1, :], prefix
+
+    def search(step_fn, cache):
+        return beam_search(step_fn, cache, len(SOURCE), beam_size, tf.fill([len(SOURCE)], length),
+                           kt.BOS_ID, kt.EOS_ID, min_length=length)
+
+    cached = search(step_fn, cache)
+    full = search(full_step_fn, tf.zeros([len(SOURCE) * beam_size, length], tf.int32))
+    np.testing.assert_array_equal(cached["ids"], full["ids"])
+    np.testing.assert_allclose(cached["scores"], full["scores"], rtol=1e-5)

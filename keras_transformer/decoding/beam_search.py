@@ -4,13 +4,14 @@ beam size 4, alpha 0.6, maximum output length = source length + 50, early termin
 The step-function contract is the one of greedy.py, with N = B * W rows, batch-major: the beams
 of sentence b are rows b * W .. b * W + W - 1. The caller builds the initial cache at B * W rows;
 whatever the model keeps outside the cache (the cross-attention keys / values, computed once per
-sentence) is never touched. Every tensor of the cache is gathered once per step along axis 0 with
-the parent beam of each surviving hypothesis.
+sentence) is never touched. Once per step the cache follows the parent beam of each surviving
+hypothesis: step_fn.reorder_cache(cache, parents) if the step function has it, else every tensor
+of the cache is gathered along axis 0.
 
 One step, for each sentence (all tensors have fixed shapes; the work is O(B * W * V)):
 1. log p(next token) = logits - logsumexp(logits) in float32 (log-softmax, normalising only the
-   tokens selected), added to the log-probability of each live hypothesis: of the W * V
-   candidates, the best 2W are kept (two top_k, see the body).
+   tokens selected; see log_normalizer), added to the log-probability of each live hypothesis: of
+   the W * V candidates, the best 2W are kept (two top_k, see the body).
 2. Finishing: a candidate among the W best of them (those a beam of width W would keep; an EOS
    ranked lower is dropped) finishes if it is EOS, or if it reaches the sentence's maximum length
    (then it finishes there without EOS). Its score is
@@ -50,13 +51,45 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
 
 
+def blockwise_top_k(values, k, block_size=128):
+    """tf.math.top_k(values, k) of float values (N, C), the same values and indices (ties to the
+    lower index), several times faster on CPU when C is large (a vocabulary).
+
+    Cut each row into blocks of block_size consecutive entries. A block holding one of the k best
+    entries ranks among the k best blocks by their best entry (each block ranked above it holds an
+    entry ranked above that one), so top_k runs over the (N, C / block_size) block maxima, then
+    over the k chosen blocks, taken in row order so that ties still go to the lower index.
+    """
+    num_columns = values.shape[-1]
+    if num_columns is None or num_columns < 2 * k * block_size:
+        return tf.math.top_k(values, k=k)
+    padding = -num_columns % block_size
+    if padding:
+        values = tf.pad(values, [[0, 0], [0, padding]], constant_values=NEG_INF)
+    num_blocks = (num_columns + padding) // block_size
+    blocks = tf.reshape(values, [-1, num_blocks, block_size])  # (N, C / block_size, block_size)
+    _, best_blocks = tf.math.top_k(tf.reduce_max(blocks, axis=-1), k=k)  # (N, k)
+    best_blocks = tf.sort(best_blocks, axis=-1)
+    candidates = tf.reshape(tf.gather(blocks, best_blocks, batch_dims=1), [-1, k * block_size])
+    top_values, positions = tf.math.top_k(candidates, k=k)  # (N, k)
+    block_starts = tf.gather(best_blocks, positions // block_size, batch_dims=1) * block_size
+    return top_values, block_starts + positions % block_size
+
+
+def gather_rows(cache, parents):
+    """Every tensor of the cache gathered along axis 0: row n takes row parents[n]."""
+    return tf.nest.map_structure(lambda t: tf.gather(t, parents), cache)
+
+
 def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_id, eos_id,
                 alpha=0.6, max_length=None, num_return=None, min_length=None):
     """Beam search; see the module docstring for the algorithm.
 
     Args:
-      step_fn: `(ids (B*W,), step, cache) -> (logits (B*W, V), cache)`, rows batch-major.
-      initial_cache: nested structure of tensors with leading dimension B * W.
+      step_fn: `(ids (B*W,), step, cache) -> (logits (B*W, V), cache)`, rows batch-major, with
+        an optional `reorder_cache` (see greedy.py).
+      initial_cache: nested structure of tensors with leading dimension B * W (any shapes if
+        step_fn has its own reorder_cache).
       batch_size: B, Python int or int32 scalar tensor.
       beam_size: W, Python int (a shape; trace once per beam size).
       max_lengths: int32 (B,), maximum output length of each sentence, EOS included.
@@ -91,6 +124,7 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
                 "lengths": greedy["lengths"][:, None]}
 
     max_lengths, max_length = clip_max_lengths(max_lengths, max_length)
+    reorder_cache = getattr(step_fn, "reorder_cache", None) or gather_rows
     alpha = tf.cast(alpha, tf.float32)
     max_length_penalty = length_penalty(max_lengths, alpha)  # (B,)
     first_beam = tf.range(batch_size)[:, None] * beam_size  # (B, 1)
@@ -111,9 +145,10 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
         # A forbidden EOS is masked after the first top_k: each beam still offers 2W - 1 >= W
         # tokens, enough for the W best candidates and the W best that go on, all that is used.
         logits = tf.cast(logits, tf.float32)  # (B*W, V)
-        token_logits, token_ids = tf.math.top_k(logits, k=2 * beam_size)  # (B*W, 2W)
+        token_logits, token_ids = blockwise_top_k(logits, 2 * beam_size)  # (B*W, 2W)
         token_log_probs = forbid_early_eos(
-            token_logits - log_normalizer(logits)[:, None], token_ids, step, eos_id, min_length)
+            token_logits - log_normalizer(logits, token_ids[:, 0])[:, None], token_ids, step,
+            eos_id, min_length)
         candidate_log_probs = alive_log_probs[:, :, None] + tf.reshape(
             token_log_probs, [batch_size, beam_size, 2 * beam_size])  # (B, W, 2W)
         top_log_probs, top_indices = tf.math.top_k(
@@ -133,7 +168,7 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
         alive_seq = tf.gather(top_seq, keep, batch_dims=1)  # (B, W, T)
         ids = tf.reshape(tf.gather(top_ids, keep, batch_dims=1), [-1])  # (B*W,)
         parents = tf.reshape(tf.gather(top_beams, keep, batch_dims=1) + first_beam, [-1])
-        cache = tf.nest.map_structure(lambda t: tf.gather(t, parents), cache)
+        cache = reorder_cache(cache, parents)
 
         # Finished hypotheses: merge the new ones among the W best into the R best so far.
         new_finished = top_finish[:, :beam_size] & tf.logical_not(done)[:, None]  # (B, W)

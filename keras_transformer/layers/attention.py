@@ -1,6 +1,7 @@
 """Multi-head attention (section 3.2), with a key/value cache for incremental decoding."""
 import keras
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util  # whether a function is traced for XLA
 
 from keras_transformer import masking
 
@@ -24,6 +25,30 @@ def merge_heads(x):
     shape = tf.shape(x)
     x = tf.transpose(x, (0, 2, 1, 3))  # (B, T, H, K)
     return tf.reshape(x, (shape[0], shape[2], x.shape[2] * x.shape[3]))
+
+
+def new_buffer(shape, dtype):
+    """Zeros of `shape`, freshly allocated at every run (never a constant folded into the graph, nor
+    shared with another tensor), so that `write_slots` may write into it in place."""
+    shape = tf.stack([tf.cast(size, tf.int32) for size in shape])
+    return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
+
+
+def write_slots(buffer, rows, values):
+    """buffer from `new_buffer`, seen as rows of values.shape[-1] entries, with values (R, C)
+    written at rows (R,); returns it.
+
+    The write is in place, so that a decoding step costs the slots it writes, not a copy of the
+    whole cache: the buffer passed in must not be read again. XLA, which has no InplaceUpdate,
+    updates in place a scatter into a loop variable.
+    """
+    shape = tf.shape(buffer)
+    flat = tf.reshape(buffer, (-1, values.shape[-1]))
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        flat = tf.tensor_scatter_nd_update(flat, rows[:, None], values)
+    else:
+        flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=values)
+    return tf.reshape(flat, shape)
 
 
 def scaled_dot_product_attention(query, key, value, bias, dropout=None, training=None):
@@ -123,26 +148,50 @@ class MultiHeadAttention(keras.layers.Layer):
         output = dense(merge_heads(context), self.output_kernel, self.output_bias)
         return (output, weights) if return_attention_scores else output
 
-    def initial_cache(self, batch_size, cache_length, dtype):
-        """Zeros for `call_cached`: keys (N, H, L, K) and values (N, H, L, V)."""
-        return {"key": tf.zeros((batch_size, self.num_heads, cache_length, self.key_dim), dtype),
-                "value": tf.zeros((batch_size, self.num_heads, cache_length, self.value_dim), dtype)}
+    def initial_cache(self, batch_size, cache_length, dtype, beam_size=1):
+        """Zeros for `call_cached` of N = batch_size rows, W = beam_size hypotheses per sentence:
+        keys (B, H, L, W, K) and values (B, H, L, W, V), B = N / W.
 
-    def call_cached(self, query, cache, step):
+        Slot (l, w) of sentence b holds what the hypothesis in row b * W + w fed at position l.
+        Beam search never moves these slots: a hypothesis that continues another one reads its
+        prefix from its ancestors' slots through the attention mask (masking.cached_beam_mask),
+        so a step writes one position instead of reordering the whole cache.
+        """
+        sentences = batch_size // beam_size
+        return {"key": new_buffer((sentences, self.num_heads, cache_length, beam_size, self.key_dim), dtype),
+                "value": new_buffer((sentences, self.num_heads, cache_length, beam_size, self.value_dim), dtype)}
+
+    def call_cached(self, query, cache, step, attention_mask=None):
         """Causal self-attention of one new position against the cache (incremental decoding).
 
-        query (N, 1, D) is position `step`; cache holds keys/values of positions < step in slots
-        [0, step) of a fixed length L. Returns the output (N, 1, D) and the cache with position
-        `step` written in.
+        query (B*W, 1, D) is position `step` of W hypotheses per sentence, batch-major; cache (see
+        `initial_cache`) holds keys/values of positions < step in slots [0, step) of a fixed
+        length L. attention_mask: boolean (B, W, L*W), the slots each hypothesis may see
+        (masking.cached_beam_mask); by default each row sees its own slots 0..step. Returns the
+        output (B*W, 1, D) and the cache with position `step` written in, in place: the cache
+        passed in is consumed (write_slots).
         """
-        q, key, value = self._project_self(query)  # (N, H, 1, K)
-        cache_length = cache["key"].shape[2] or tf.shape(cache["key"])[2]
-        slots = tf.range(cache_length)
-        is_step = tf.reshape(tf.equal(slots, step), (1, 1, -1, 1))
-        cache = {"key": tf.where(is_step, key, cache["key"]), "value": tf.where(is_step, value, cache["value"])}
-        bias = masking.mask_to_bias(masking.cached_causal_mask(cache_length, step), query.dtype)
-        context, _ = scaled_dot_product_attention(q, cache["key"], cache["value"], bias)
-        return dense(merge_heads(context), self.output_kernel, self.output_bias), cache
+        h, k, v = self.num_heads, self.key_dim, self.value_dim
+        beam_size = cache["value"].shape[3]
+        cache_shape = tf.shape(cache["value"])
+        sentences, cache_length = cache_shape[0], cache_shape[2]
+        step = tf.cast(step, tf.int32)
+        qkv = dense(query, self.query_key_value_kernel, self.query_key_value_bias)  # (B*W, 1, H*(2K+V))
+        qkv = tf.reshape(qkv, (sentences, beam_size, h * (2 * k + v)))  # (B, W, H*(2K+V))
+        q, key, value = tf.split(qkv, [h * k, h * k, h * v], axis=-1)
+        q, key, value = split_heads(q, h, k), split_heads(key, h, k), split_heads(value, h, v)  # (B, H, W, K)
+        rows = tf.range(sentences * h) * cache_length + step  # rows (b, h, step) of (B*H*L, W*K)
+        cache = {"key": write_slots(cache["key"], rows, tf.reshape(key, (-1, beam_size * k))),
+                 "value": write_slots(cache["value"], rows, tf.reshape(value, (-1, beam_size * v)))}
+        if attention_mask is None:
+            own_slots = tf.broadcast_to(tf.range(beam_size)[None, :, None], (1, beam_size, cache_length))
+            attention_mask = masking.cached_beam_mask(own_slots, step)
+        keys = tf.reshape(cache["key"], (sentences, h, cache_length * beam_size, k))  # (B, H, L*W, K)
+        values = tf.reshape(cache["value"], (sentences, h, cache_length * beam_size, v))  # (B, H, L*W, V)
+        bias = masking.mask_to_bias(attention_mask, query.dtype)  # (B, 1, W, L*W)
+        context, _ = scaled_dot_product_attention(q, keys, values, bias)  # (B, H, W, V)
+        context = tf.reshape(tf.transpose(context, (0, 2, 1, 3)), (sentences * beam_size, 1, h * v))
+        return dense(context, self.output_kernel, self.output_bias), cache
 
     def call_with_memory(self, query, memory_key, memory_value, memory_bias, beam_size=1):
         """Cross-attention of decoder positions against precomputed memory keys/values.

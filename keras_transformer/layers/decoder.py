@@ -1,6 +1,8 @@
 """The decoder layer and stack (section 3.1), with incremental decoding through a key/value cache."""
 import keras
+import tensorflow as tf
 
+from keras_transformer import masking
 from keras_transformer.layers.encoder import _LayerArgs, _Stack
 
 
@@ -60,19 +62,22 @@ class DecoderLayer(_LayerArgs, keras.layers.Layer):
                                        training=training)
         return (x, scores[0]) if return_attention_scores else x
 
-    def call_cached(self, x, memory_key_value, memory_bias, cache, step, beam_size=1):
+    def call_cached(self, x, memory_key_value, memory_bias, cache, step, beam_size=1,
+                    self_attention_mask=None):
         """One new position: x (B*W, 1, D) at position `step`.
 
         memory_key_value: (key (B, H, S, K), value (B, H, S, V)) from
           `cross_attention.project_memory`, once per sentence for its W hypotheses.
         memory_bias: (B, 1, 1, S) additive bias from the source padding mask.
         cache: this layer's self-attention cache (MultiHeadAttention.initial_cache).
+        self_attention_mask: boolean (B, W, L*W), the cache slots of each hypothesis' prefix
+          (masking.cached_beam_mask); by default each row's own.
         Returns (B*W, 1, D) and the updated cache. No dropout: decoding is inference.
         """
         new_cache = {}
 
         def self_attend(y):
-            output, new_cache["self"] = self.self_attention.call_cached(y, cache, step)
+            output, new_cache["self"] = self.self_attention.call_cached(y, cache, step, self_attention_mask)
             return output
 
         x = self.self_attention_residual(x, sublayer=self_attend)
@@ -112,14 +117,29 @@ class Decoder(_Stack):
         """Each layer's encoder-decoder keys and values, computed once per sentence."""
         return [layer.cross_attention.project_memory(memory) for layer in self.stack]
 
-    def initial_cache(self, batch_size, cache_length, dtype):
-        """Zero self-attention caches for `call_cached`, one per layer, each tensor (N, H, L, K)."""
-        return [layer.self_attention.initial_cache(batch_size, cache_length, dtype) for layer in self.stack]
+    def initial_cache(self, batch_size, cache_length, dtype, beam_size=1):
+        """The cache of `call_cached` for N = batch_size rows, W = beam_size hypotheses per sentence:
+        "layers", each layer's self-attention cache (MultiHeadAttention.initial_cache), and "beams"
+        int32 (N, L), the beam slot holding each position of each row's prefix. Beam search moves
+        only "beams" (`reorder_cache`), never the keys and values."""
+        return {"beams": tf.zeros((batch_size, cache_length), tf.int32),
+                "layers": [layer.self_attention.initial_cache(batch_size, cache_length, dtype, beam_size)
+                           for layer in self.stack]}
+
+    @staticmethod
+    def reorder_cache(cache, parents):
+        """The cache after beam search's step: row n continues the hypothesis of row parents[n]
+        (N,), within the same sentence, so it takes over that row's prefix slots."""
+        return {"beams": tf.gather(cache["beams"], parents), "layers": cache["layers"]}
 
     def call_cached(self, x, memory_key_values, memory_bias, cache, step, beam_size=1):
         """x (B*W, 1, D) at position `step` -> (B*W, 1, D) and the new cache (see DecoderLayer.call_cached)."""
-        new_cache = []
-        for layer, key_value, layer_cache in zip(self.stack, memory_key_values, cache):
-            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size)
-            new_cache.append(layer_cache)
-        return self._final(x), new_cache
+        rows, cache_length = tf.shape(cache["beams"])[0], tf.shape(cache["beams"])[1]
+        own_slot = tf.range(rows) % beam_size  # (B*W,)
+        beams = tf.where(tf.range(cache_length) == step, own_slot[:, None], cache["beams"])  # (B*W, L)
+        mask = masking.cached_beam_mask(tf.reshape(beams, (-1, beam_size, cache_length)), step)
+        new_layers = []
+        for layer, key_value, layer_cache in zip(self.stack, memory_key_values, cache["layers"]):
+            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size, mask)
+            new_layers.append(layer_cache)
+        return self._final(x), {"beams": beams, "layers": new_layers}

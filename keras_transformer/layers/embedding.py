@@ -34,10 +34,20 @@ class TokenEmbedding(keras.layers.Layer):
         vectors = tf.gather(tf.cast(self.embeddings, self.compute_dtype), tf.cast(ids, tf.int32))
         return vectors * tf.cast(self.d_model ** 0.5, self.compute_dtype)
 
-    def logits(self, x):
+    def transposed_embeddings(self, dtype=None):
+        """E^T (D, V) in dtype (default: the compute dtype), for `logits(x, transposed)`."""
+        return tf.transpose(tf.cast(self.embeddings, dtype or self.compute_dtype))
+
+    def logits(self, x, transposed=None):
+        """x (B, T, D) -> float32 logits (B, T, V). transposed: E^T from `transposed_embeddings`,
+        made once when logits are taken many times (decoding): on CPU the matmul with a (D, V)
+        operand is up to twice as fast as with E transposed on the fly."""
         shape = tf.shape(x)
         flat = tf.reshape(x, (-1, self.d_model))
-        logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype), transpose_b=True)  # (B*T, V)
+        if transposed is None:
+            logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype), transpose_b=True)  # (B*T, V)
+        else:
+            logits = tf.matmul(flat, tf.cast(transposed, x.dtype))  # (B*T, V)
         return tf.cast(tf.reshape(logits, tf.concat([shape[:-1], [self.vocab_size]], 0)), tf.float32)
 
     def get_config(self):
