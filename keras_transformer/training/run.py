@@ -145,10 +145,10 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     return monitor.history
 
 
-def evaluate_test_set(model, tokenizer, corpus, decode_config, workdir=None) -> Scores:
+def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None) -> Scores:
     """Beam-search translation of the corpus's test split, scored; written to workdir if given."""
     pairs = list(corpus.pairs("test"))
-    hypotheses = BeamSearchTranslator(model, tokenizer, decode_config).translate([s for s, _ in pairs])
+    hypotheses = translator.translate([s for s, _ in pairs])
     scores = score(hypotheses, [reference for _, reference in pairs])
     if workdir is not None:
         workdir = pathlib.Path(workdir)
@@ -164,8 +164,8 @@ def load_averaged_model(configs: RunConfigs, weights_path) -> Transformer:
     return model
 
 
-def export_saved_model(model, tokenizer, configs: RunConfigs, workdir, export_dir, step) -> pathlib.Path:
-    """The SavedModel of `model` (the averaged weights) as the next version in export_dir.
+def export_saved_model(translator: Translator, workdir, export_dir, step) -> pathlib.Path:
+    """The SavedModel of `translator` (the averaged weights) as the next version in export_dir.
 
     workdir/exported.json records which step was exported where: running a finished job again
     reuses that version instead of exporting the same weights as a new one.
@@ -176,7 +176,7 @@ def export_saved_model(model, tokenizer, configs: RunConfigs, workdir, export_di
         if record.get("step") == step and pathlib.Path(record.get("path", "")).is_dir():
             logger.info("step %d is exported already: %s", step, record["path"])
             return pathlib.Path(record["path"])
-    path = export_translator(Translator(model, tokenizer.model_proto, configs.decode), export_dir)
+    path = export_translator(translator, export_dir)
     temporary = record_path.with_suffix(".tmp")
     temporary.write_text(json.dumps({"step": step, "path": str(path)}, indent=2) + "\n")
     temporary.replace(record_path)
@@ -219,7 +219,8 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
         return result
     result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average)
     averaged = load_averaged_model(configs, result.averaged_weights)
-    result.scores = evaluate_test_set(averaged, tokenizer, corpus, configs.decode, workdir)
+    translator = BeamSearchTranslator(averaged, tokenizer, configs.decode)  # evaluated, then exported
+    result.scores = evaluate_test_set(translator, corpus, workdir)
     if export_dir is not None:
-        result.export_path = export_saved_model(averaged, tokenizer, configs, workdir, export_dir, result.step)
+        result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step)
     return result
