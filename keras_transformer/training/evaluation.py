@@ -22,6 +22,7 @@ from keras_transformer.data import SubwordTokenizer
 from keras_transformer.export import Translator
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
+_TOKENIZE_13A = Tokenizer13a()
 
 
 class BeamSearchTranslator:
@@ -91,7 +92,7 @@ def split_compounds(text: str) -> str:
     One left-to-right pass, as tensor2tensor's `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`
     (so "a-b-c" keeps its second hyphen, as in the paper's scoring).
     """
-    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", Tokenizer13a()(text))
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", _TOKENIZE_13A(text))
 
 
 def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
