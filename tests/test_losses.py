@@ -47,3 +47,43 @@ def test_metrics_ignore_padding():
     assert float(accuracy.result()) == pytest.approx(0.5)  # position 0 predicts 0, position 1 predicts 2
     nll = [-_log_softmax(LOGITS[0, 0])[1], -_log_softmax(LOGITS[0, 1])[2]]
     assert float(perplexity.result()) == pytest.approx(math.exp(np.mean(nll)), rel=1e-5)
+
+
+def _naive_token_loss(labels, logits, eps):
+    """The smoothed loss spelled out with a dense smoothed target, differentiated by TensorFlow."""
+    vocab = logits.shape[-1]
+    target = tf.one_hot(labels, vocab) * (1 - eps) + eps / vocab
+    return -tf.reduce_sum(target * tf.nn.log_softmax(logits), axis=-1)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.0])
+def test_loss_gradient_is_the_softmax_minus_the_smoothed_target(eps):
+    rng = np.random.default_rng(0)
+    logits = tf.constant(rng.normal(size=(3, 5, 7)) * 3, tf.float32)
+    labels = tf.constant(rng.integers(1, 7, size=(3, 5)))
+    labels = tf.tensor_scatter_nd_update(labels, [[0, 4], [2, 3]], [0, 0])  # two padding positions
+    loss = LabelSmoothedCrossEntropy(label_smoothing=eps)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        total, count, _ = loss.sum_and_count(labels, logits)
+        real = tf.cast(labels != 0, tf.float32)
+        naive_total = tf.reduce_sum(_naive_token_loss(labels, logits, eps) * real)
+    gradient = tape.gradient(total, logits).numpy()
+    assert float(count) == 13
+    assert float(total) == pytest.approx(float(naive_total), rel=1e-6)
+    np.testing.assert_allclose(gradient, tape.gradient(naive_total, logits), atol=1e-6)
+    smoothed_target = tf.one_hot(labels, 7) * (1 - eps) + eps / 7
+    np.testing.assert_allclose(gradient, (tf.nn.softmax(logits) - smoothed_target) * real[..., None], atol=1e-6)
+
+
+def test_nll_gradient_and_mixed_precision_logits():
+    rng = np.random.default_rng(1)
+    logits = tf.constant(rng.normal(size=(2, 3, 5)), tf.bfloat16)
+    labels = tf.constant(rng.integers(1, 5, size=(2, 3)))
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        _, _, nll_sum = LabelSmoothedCrossEntropy(label_smoothing=0.1).sum_and_count(labels, logits)
+    gradient = tape.gradient(nll_sum, logits)
+    assert gradient.dtype == tf.bfloat16
+    expected = tf.nn.softmax(tf.cast(logits, tf.float32)) - tf.one_hot(labels, 5)
+    np.testing.assert_allclose(tf.cast(gradient, tf.float32), expected, atol=1e-2)
