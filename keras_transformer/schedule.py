@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import TrainConfig
+from keras_transformer.optimizers import Adam
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -32,7 +33,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def paper_optimizer(d_model, train_config=None, **kwargs):
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warm-up schedule (section 5.3)."""
     train_config = train_config or TrainConfig()
-    return keras.optimizers.Adam(
+    return Adam(
         learning_rate=TransformerSchedule(d_model, train_config.warmup_steps),
         beta_1=train_config.adam_beta_1, beta_2=train_config.adam_beta_2, epsilon=train_config.adam_epsilon,
         **kwargs)
