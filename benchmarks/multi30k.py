@@ -10,6 +10,8 @@ averages the last checkpoints), then translates val with beam search (the paper'
 the best val BLEU, and scores it on test_2016_flickr and test_2017_flickr. Prints one JSON line per
 test set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "minutes", "steps", ...}.
 Running the same command again resumes the run in --workdir (the time budget counts again).
+The README's figure trains in mixed bfloat16 (`--set run.mixed_precision=mixed_bfloat16`), which is
+faster only on CPUs with bfloat16 arithmetic (AVX512_BF16, AMX) and on GPUs/TPUs.
 """
 import argparse
 import os
