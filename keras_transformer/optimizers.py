@@ -15,7 +15,7 @@ class Adam(keras.optimizers.Adam):
     """
 
     def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices) or keras.backend.backend() != "tensorflow":
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
         dtype = variable.dtype
