@@ -62,8 +62,11 @@ def parse_args(argv=None):
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any config field, e.g. --set dropout_rate=0.2 --set data.max_length=128 "
                              "(configs: model, train, data, decode, run); repeatable")
-    parser.add_argument("--export-dir", type=pathlib.Path,
+    export = parser.add_mutually_exclusive_group()
+    export.add_argument("--export-dir", type=pathlib.Path,
                         help="SavedModel base directory (default exported/<run name>)")
+    export.add_argument("--no-export", action="store_true",
+                        help="train, average and score on the test set, but write no SavedModel")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the run's configs (after flags and overrides) and the workdir, and exit")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
@@ -90,11 +93,11 @@ def main(argv=None):
     configs = build_configs(args)
     run_name = _run_name(args.dataset, args.preset, args.reverse)
     workdir = args.workdir or pathlib.Path("runs") / run_name
-    export_dir = args.export_dir or pathlib.Path("exported") / workdir.name
+    export_dir = None if args.no_export else args.export_dir or pathlib.Path("exported") / workdir.name
     if args.dry_run:
         for name in RunConfigs.FILENAMES:
             print(f"{name}: {getattr(configs, name).to_json()}")
-        print(f"workdir: {workdir}\nexport: {export_dir}/<version>")
+        print(f"workdir: {workdir}\nexport: {'none (--no-export)' if export_dir is None else f'{export_dir}/<version>'}")
         return 0
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -117,7 +120,8 @@ def main(argv=None):
         return 0
     print(result.scores.report(f"test ({result.step} steps, average of the last "
                                f"{configs.train.checkpoints_to_average} checkpoints, beam {configs.decode.beam_size})"))
-    print(f"SavedModel: {result.export_path}")
+    if result.export_path is not None:
+        print(f"SavedModel: {result.export_path}")
     return 0
 
 

@@ -2,6 +2,7 @@
 show the plots, and it runs top to bottom offline (tiny preset, numbers corpus) in a scratch directory.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,9 @@ from tests.colab.notebook_runner import COLAB, NOTEBOOKS, REPOSITORY, execute_no
 # serve_and_query: the n-best scores.
 EXPECTED_PLOTS = {"train_transformer": 3, "serve_and_query": 1}
 MAX_NOTEBOOK_BYTES = 300_000
+# The executed notebooks' training steps (their defaults are 300 and 200): these tests check that every
+# cell runs and what it shows and writes, not what the model learns (tests/training/test_pipeline.py does).
+CI_STEPS = {"KT_NOTEBOOK_STEPS": "50"}
 
 
 def code_cells(notebook):
@@ -64,7 +68,7 @@ def stdout_of(notebook):
 
 @pytest.mark.slow
 def test_train_transformer_runs_offline_and_serve_and_query_serves_its_export(tmp_path):
-    notebook = execute_notebook("train_transformer", tmp_path)  # raises on the first failing cell
+    notebook = execute_notebook("train_transformer", tmp_path, CI_STEPS)  # raises on the first failing cell
     assert png_outputs(notebook) == EXPECTED_PLOTS["train_transformer"]
     assert (tmp_path / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
     assert (tmp_path / "runs" / "numbers-tiny" / "logs").is_dir()  # TensorBoard's event files
@@ -76,7 +80,7 @@ def test_train_transformer_runs_offline_and_serve_and_query_serves_its_export(tm
     assert "signatures: ['score', 'serving_default', 'translate_nbest']" in output
 
     # In the same directory (one Colab runtime), the second notebook serves the first one's export.
-    output = stdout_of(execute_notebook("serve_and_query", tmp_path))
+    output = stdout_of(execute_notebook("serve_and_query", tmp_path, CI_STEPS))
     assert "not found" not in output
     assert "serving exported/numbers-tiny/1: model 'numbers-tiny', version 1" in output
 
@@ -86,14 +90,15 @@ def test_serve_and_query_makes_a_model_when_none_is_given_and_queries_it(tmp_pat
     """Through the runner's command line, as the README has it (another output directory)."""
     process = subprocess.run([sys.executable, "-m", "tests.colab.notebook_runner", "serve_and_query",
                               "--workdir", str(tmp_path / "work"), "--output-dir", str(tmp_path / "out")],
-                             cwd=REPOSITORY, capture_output=True, text=True, timeout=900)
+                             cwd=REPOSITORY, capture_output=True, text=True, timeout=900,
+                             env={**os.environ, **CI_STEPS})
     assert process.returncode == 0, process.stderr[-5000:]
     assert "serve_and_query: ran in" in process.stdout
     notebook = nbformat.read(tmp_path / "out" / "serve_and_query.ipynb", as_version=4)
     assert png_outputs(notebook) == EXPECTED_PLOTS["serve_and_query"]
     assert (tmp_path / "work" / "exported" / "numbers-tiny" / "1" / "saved_model.pb").is_file()
     output = stdout_of(notebook)
-    assert "exported/numbers-tiny not found: training the tiny preset" in output
+    assert "exported/numbers-tiny not found: training the tiny preset for 50 steps" in output
     responses = [json.loads(line.split("-> ", 1)[1]) for line in output.splitlines() if "  -> {" in line]
     assert [sorted(response) for response in responses] == [["predictions"], ["outputs"], ["predictions"]]
     assert sorted(responses[0]["predictions"][0]) == ["scores", "translations"]

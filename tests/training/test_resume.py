@@ -4,7 +4,8 @@ saves and exits with 143; a NaN loss stops the run without saving over the last 
 The subprocess tests run `python -m pipelines.train_wmt` (tiny preset, dropout on, so the saved dropout
 state matters) on a small local corpus: 2,000 training pairs (about 10 batches an epoch, so a
 checkpoint at step 20 is in the middle of an epoch and a restart must skip batches), 10 validation
-and 10 test pairs to keep the evaluation, test translation and export short.
+and 10 test pairs to keep the evaluation and test translation short, and --no-export (the export is
+tested by tests/training/test_pipeline.py and tests/test_export.py).
 """
 import math
 import os
@@ -49,7 +50,7 @@ def corpus_spec(tmp_path_factory):
 
 def _command(corpus_spec, run_directory, train_steps=TRAIN_STEPS):
     return [sys.executable, "-m", "pipelines.train_wmt", "--preset", "tiny", "--dataset", corpus_spec,
-            "--workdir", str(run_directory / "workdir"), "--export-dir", str(run_directory / "exported"),
+            "--workdir", str(run_directory / "workdir"), "--no-export",
             "--train-steps", str(train_steps), "--checkpoint-every-steps", str(CHECKPOINT_EVERY),
             "--eval-every-steps", str(train_steps), "--verbose", "2",
             "--set", "dropout_rate=0.1", "--set", "eval_sentences=5", "--set", "sample_translations=1"]
@@ -110,6 +111,8 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
     reference_output = _run_to_the_end(_command(corpus_spec, reference), tmp_path / "reference.log")
     assert re.search(rf"^{TRAIN_STEPS}/{TRAIN_STEPS} - ", reference_output, re.MULTILINE), reference_output[-4000:]
+    assert re.search(rf"^test \({TRAIN_STEPS} steps, .*sacreBLEU", reference_output, re.MULTILINE), reference_output[-4000:]
+    assert "SavedModel" not in reference_output and sorted(path.name for path in reference.iterdir()) == ["workdir"]
 
     process = _start(_command(corpus_spec, interrupted), tmp_path / "killed.log")
     first = _wait_for_first_checkpoint(process, interrupted, tmp_path / "killed.log")
