@@ -97,7 +97,8 @@ def main(argv=None):
     if args.dry_run:
         for name in RunConfigs.FILENAMES:
             print(f"{name}: {getattr(configs, name).to_json()}")
-        print(f"workdir: {workdir}\nexport: {'none (--no-export)' if export_dir is None else f'{export_dir}/<version>'}")
+        export = "none (--no-export)" if export_dir is None else f"{export_dir}/<version>"
+        print(f"workdir: {workdir}\nexport: {export}")
         return 0
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -111,7 +111,8 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
     reference_output = _run_to_the_end(_command(corpus_spec, reference), tmp_path / "reference.log")
     assert re.search(rf"^{TRAIN_STEPS}/{TRAIN_STEPS} - ", reference_output, re.MULTILINE), reference_output[-4000:]
-    assert re.search(rf"^test \({TRAIN_STEPS} steps, .*sacreBLEU", reference_output, re.MULTILINE), reference_output[-4000:]
+    assert re.search(rf"^test \({TRAIN_STEPS} steps, .*sacreBLEU", reference_output,
+                     re.MULTILINE), reference_output[-4000:]
     assert "SavedModel" not in reference_output and sorted(path.name for path in reference.iterdir()) == ["workdir"]
 
     process = _start(_command(corpus_spec, interrupted), tmp_path / "killed.log")
