@@ -13,18 +13,28 @@ def dense(x, kernel, bias):
     return tf.reshape(y, tf.concat([shape[:-1], [kernel.shape[1]]], axis=0))
 
 
+def transpose(x, perm):
+    """tf.transpose(x, perm), as a reshape (no copy) when it moves only axes of size 1 (the single
+    position of greedy decoding) and at most one size is unknown when traced."""
+    sizes = x.shape.as_list()
+    kept = [axis for axis in perm if sizes[axis] != 1]
+    if kept == sorted(kept) and sizes.count(None) <= 1:
+        return tf.reshape(x, [-1 if sizes[axis] is None else sizes[axis] for axis in perm])
+    return tf.transpose(x, perm)
+
+
 def split_heads(x, num_heads, depth):
     """(B, T, H*depth) -> (B, H, T, depth)."""
     shape = tf.shape(x)
-    x = tf.reshape(x, (shape[0], shape[1], num_heads, depth))  # (B, T, H, K)
-    return tf.transpose(x, (0, 2, 1, 3))  # (B, H, T, K)
+    x = tf.reshape(x, (shape[0], x.shape[1] or shape[1], num_heads, depth))  # (B, T, H, K)
+    return transpose(x, (0, 2, 1, 3))  # (B, H, T, K)
 
 
 def merge_heads(x):
     """(B, H, T, depth) -> (B, T, H*depth)."""
     shape = tf.shape(x)
-    x = tf.transpose(x, (0, 2, 1, 3))  # (B, T, H, K)
-    return tf.reshape(x, (shape[0], shape[2], x.shape[2] * x.shape[3]))
+    x = transpose(x, (0, 2, 1, 3))  # (B, T, H, K)
+    return tf.reshape(x, (shape[0], x.shape[1] or shape[2], x.shape[2] * x.shape[3]))
 
 
 def new_buffer(shape, dtype):
@@ -190,7 +200,7 @@ class MultiHeadAttention(keras.layers.Layer):
         values = tf.reshape(cache["value"], (sentences, h, cache_length * beam_size, v))  # (B, H, L*W, V)
         bias = masking.mask_to_bias(attention_mask, query.dtype)  # (B, 1, W, L*W)
         context, _ = scaled_dot_product_attention(q, keys, values, bias)  # (B, H, W, V)
-        context = tf.reshape(tf.transpose(context, (0, 2, 1, 3)), (sentences * beam_size, 1, h * v))
+        context = tf.reshape(transpose(context, (0, 2, 1, 3)), (sentences * beam_size, 1, h * v))
         return dense(context, self.output_kernel, self.output_bias), cache
 
     def call_with_memory(self, query, memory_key, memory_value, memory_bias, beam_size=1):
@@ -202,9 +212,9 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         q = dense(query, self.query_kernel, self.query_bias)  # (B*W, T, H*K)
         shape = tf.shape(q)
-        batch, length = shape[0] // beam_size, shape[1]
+        batch, length = shape[0] // beam_size, query.shape[1] or shape[1]
         q = tf.reshape(q, (batch, beam_size * length, self.num_heads, self.key_dim))  # (B, W*T, H, K)
-        q = tf.transpose(q, (0, 2, 1, 3))  # (B, H, W*T, K)
+        q = transpose(q, (0, 2, 1, 3))  # (B, H, W*T, K)
         context, _ = scaled_dot_product_attention(q, memory_key, memory_value, memory_bias)  # (B, H, W*T, V)
         context = tf.reshape(merge_heads(context), (batch * beam_size, length, self.num_heads * self.value_dim))
         return dense(context, self.output_kernel, self.output_bias)

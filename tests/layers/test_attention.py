@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_transformer import masking
 from keras_transformer.layers import MultiHeadAttention
+from keras_transformer.layers import attention
 from keras_transformer.layers.attention import scaled_dot_product_attention
 from tests.layer_checks import run_layer_checks
 
@@ -93,3 +94,14 @@ def test_mask_of_wrong_rank_is_named(shape):
 def test_cross_attention_without_memory_is_an_error():
     with pytest.raises(ValueError, match="needs `memory`"):
         MultiHeadAttention(H, K, V, cross_attention=True)(tf.random.normal((B, T, D)))
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 4, 5), (3, 2, 4, 5), (1, 1, 4, 1)])
+def test_transpose_equals_tf_transpose(shape):
+    x = tf.reshape(tf.range(np.prod(shape), dtype=tf.float32), shape)
+    perm = (0, 2, 1, 3)
+    np.testing.assert_array_equal(attention.transpose(x, perm), tf.transpose(x, perm))
+    # Traced with an unknown batch size (the Translator's signatures), and with two unknown sizes.
+    for spec in ([None, *shape[1:]], [None, None, *shape[2:]]):
+        traced = tf.function(lambda y: attention.transpose(y, perm), input_signature=[tf.TensorSpec(spec)])
+        np.testing.assert_array_equal(traced(x), tf.transpose(x, perm))
