@@ -40,3 +40,9 @@ def test_layer_norm_gradients_equal_keras_layer_norm():
         gradients.append(tape.gradient(loss, [x] + layer.trainable_weights))
     for got, expected in zip(*gradients):
         np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", [dict(center=False), dict(scale=False), dict(rms_scaling=True), dict(axis=1)])
+def test_layer_norm_refuses_options_it_does_not_compute(kwargs):
+    with pytest.raises(ValueError, match="last axis with gamma and beta"):
+        LayerNormalization(**kwargs)
