@@ -10,7 +10,7 @@ of the cache is gathered along axis 0.
 
 One step, for each sentence (all tensors have fixed shapes; the work is O(B * W * V)):
 1. log p(next token) = logits - logsumexp(logits) in float32 (log-softmax, normalising only the
-   tokens selected; see log_normalizer), added to the log-probability of each live hypothesis: of
+   tokens selected; see selection.log_normalizer), added to the log-probability of each live hypothesis: of
    the W * V candidates, the best 2W are kept (two top_k, see the body).
 2. Finishing: a candidate among the W best of them (those a beam of width W would keep; an EOS
    ranked lower is dropped) finishes if it is EOS, or if it reaches the sentence's maximum length
@@ -32,7 +32,8 @@ One step, for each sentence (all tensors have fixed shapes; the work is O(B * W 
 A batch where nothing ends with EOS before the maximum length still returns R hypotheses: those
 alive at the maximum length finish there (step 2). Fewer than R hypotheses exist only when the
 vocabulary is too small to make R distinct ones; the missing ones have score -inf, length 0.
-The vocabulary must hold at least 2W tokens.
+The vocabulary must hold at least 2W tokens (each block of it, when the step function returns its
+logits in blocks, see greedy.py).
 
 beam_size = 1 is greedy decoding, as in the paper's own code (tensor2tensor's fast_decode): the
 loop above with W = 1 would keep a runner-up alive after the best hypothesis ends with EOS, which
@@ -42,38 +43,14 @@ import operator
 
 import tensorflow as tf
 
-from keras_transformer.decoding.greedy import (
-    NEG_INF, clip_max_lengths, forbid_early_eos, greedy_decode, log_normalizer, write_position)
+from keras_transformer.decoding import selection
+from keras_transformer.decoding.greedy import clip_max_lengths, forbid_early_eos, greedy_decode, write_position
+from keras_transformer.decoding.selection import NEG_INF
 
 
 def length_penalty(length, alpha):
     """GNMT length penalty lp = ((5 + length) / 6) ** alpha, float32, same shape as length."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
-
-
-def blockwise_top_k(values, k, block_size=128):
-    """tf.math.top_k(values, k) of float values (N, C), the same values and indices (ties to the
-    lower index), several times faster on CPU when C is large (a vocabulary).
-
-    Cut each row into blocks of block_size consecutive entries. A block holding one of the k best
-    entries ranks among the k best blocks by their best entry (each block ranked above it holds an
-    entry ranked above that one), so top_k runs over the (N, C / block_size) block maxima, then
-    over the k chosen blocks, taken in row order so that ties still go to the lower index.
-    """
-    num_columns = values.shape[-1]
-    if num_columns is None or num_columns < 2 * k * block_size:
-        return tf.math.top_k(values, k=k)
-    padding = -num_columns % block_size
-    if padding:
-        values = tf.pad(values, [[0, 0], [0, padding]], constant_values=NEG_INF)
-    num_blocks = (num_columns + padding) // block_size
-    blocks = tf.reshape(values, [-1, num_blocks, block_size])  # (N, C / block_size, block_size)
-    _, best_blocks = tf.math.top_k(tf.reduce_max(blocks, axis=-1), k=k)  # (N, k)
-    best_blocks = tf.sort(best_blocks, axis=-1)
-    candidates = tf.reshape(tf.gather(blocks, best_blocks, batch_dims=1), [-1, k * block_size])
-    top_values, positions = tf.math.top_k(candidates, k=k)  # (N, k)
-    block_starts = tf.gather(best_blocks, positions // block_size, batch_dims=1) * block_size
-    return top_values, block_starts + positions % block_size
 
 
 def gather_rows(cache, parents):
@@ -144,10 +121,10 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
         # a top_k whose input depends on the previous step's top_k was measured 60 times slower.
         # A forbidden EOS is masked after the first top_k: each beam still offers 2W - 1 >= W
         # tokens, enough for the W best candidates and the W best that go on, all that is used.
-        logits = tf.cast(logits, tf.float32)  # (B*W, V)
-        token_logits, token_ids = blockwise_top_k(logits, 2 * beam_size)  # (B*W, 2W)
+        blocks = selection.logit_blocks(logits)  # [(B*W, V_i)]
+        token_logits, token_ids, block_best = selection.top_k(blocks, 2 * beam_size)  # (B*W, 2W)
         token_log_probs = forbid_early_eos(
-            token_logits - log_normalizer(logits, token_ids[:, 0])[:, None], token_ids, step,
+            token_logits - selection.log_normalizer(blocks, block_best)[:, None], token_ids, step,
             eos_id, min_length)
         candidate_log_probs = alive_log_probs[:, :, None] + tf.reshape(
             token_log_probs, [batch_size, beam_size, 2 * beam_size])  # (B, W, 2W)

@@ -8,8 +8,9 @@ The step-function contract, shared with beam_search.py:
 - step: int32 scalar tensor, the 0-based position being fed;
 - cache: nested structure (dict / list / tuple) of tensors with leading dimension N (any shape
   with a reorder_cache, below), whose shapes never change from one step to the next;
-- logits: (N, V), any float dtype, scoring the token at position step + 1; new_cache has the
-  structure and shapes of cache. The step function may write into the cache's tensors in place:
+- logits: (N, V), any float dtype, scoring the token at position step + 1, or a list of column
+  blocks (N, V_1), (N, V_2), ... covering the vocabulary in order, each searched and normalised
+  by its own ops (selection.py); new_cache has the structure and shapes of cache. The step function may write into the cache's tensors in place:
   a cache passed to it is never used again.
 - optionally, an attribute step_fn.reorder_cache(cache, parents) -> cache, for beam search: row n
   goes on from the hypothesis of row parents[n] (int32 (N,)). Without it, beam search gathers
@@ -22,7 +23,8 @@ fixed-shape tensors, so it runs inside tf.function, exports in a SavedModel, and
 """
 import tensorflow as tf
 
-NEG_INF = float("-inf")
+from keras_transformer.decoding import selection
+from keras_transformer.decoding.selection import NEG_INF
 
 
 def clip_max_lengths(max_lengths, max_length):
@@ -35,20 +37,6 @@ def clip_max_lengths(max_lengths, max_length):
     if max_length is None:
         max_length = tf.reduce_max(max_lengths)
     return tf.clip_by_value(max_lengths, 1, max_length), max_length
-
-
-def log_normalizer(logits, top_ids):
-    """log sum_v exp(logits) over the last axis of float32 logits (N, V) -> (N,), given top_ids
-    (N,), the index of a largest logit of each row: log p(v) = logits[v] - normalizer.
-
-    It is logits[top] - log softmax(logits)[top]: softmax is one fused kernel, several times faster
-    on CPU than reduce_logsumexp's passes over (N, V), and at the largest logit it is at least 1 / V,
-    so its log is as exact as the logsumexp. Decoders select on the logits (the ranking is the same)
-    and normalise the selected tokens alone, never writing a (N, V) log-softmax.
-    """
-    top_logits = tf.gather(logits, top_ids, batch_dims=1)  # (N,)
-    top_probabilities = tf.gather(tf.nn.softmax(logits), top_ids, batch_dims=1)  # (N,)
-    return top_logits - tf.math.log(top_probabilities)
 
 
 def forbid_early_eos(scores, token_ids, step, eos_id, min_length):
@@ -101,15 +89,15 @@ def greedy_decode(step_fn, initial_cache, batch_size, max_lengths, bos_id, eos_i
 
     def body(step, ids, cache, sequences, scores, lengths, finished):
         logits, cache = step_fn(ids, step, cache)
-        logits = tf.cast(logits, tf.float32)  # (B, V)
-        vocabulary = tf.range(tf.shape(logits)[-1])  # (V,)
-        ids = tf.argmax(forbid_early_eos(logits, vocabulary, step, eos_id, min_length),
-                        axis=-1, output_type=tf.int32)  # (B,)
-        token_logits = tf.gather(logits, ids, batch_dims=1)  # (B,)
-        top_ids = ids  # a largest logit, for the normaliser: EOS if it is forbidden and larger
-        if min_length is not None:
-            top_ids = tf.where(logits[:, eos_id] > token_logits, eos_id, ids)
-        token_log_probs = token_logits - log_normalizer(logits, top_ids)  # (B,)
+        blocks = selection.logit_blocks(logits)  # [(B, V_i)]
+        # The best token, or the best two when EOS may be forbidden: one of them is not EOS.
+        candidate_logits, candidate_ids, block_best = selection.top_k(
+            blocks, 1 if min_length is None else 2)  # (B, 1 or 2)
+        pick = tf.argmax(forbid_early_eos(candidate_logits, candidate_ids, step, eos_id, min_length),
+                         axis=-1, output_type=tf.int32)  # (B,)
+        ids = tf.gather(candidate_ids, pick, batch_dims=1)  # (B,)
+        token_log_probs = (tf.gather(candidate_logits, pick, batch_dims=1)
+                           - selection.log_normalizer(blocks, block_best))  # (B,)
         running = tf.logical_not(finished)
         sequences = write_position(sequences, step, tf.where(running, ids, 0))
         scores += tf.where(running, token_log_probs, 0.0)

@@ -113,6 +113,16 @@ class PrefixModel:
         return self.table[code] + np.float32(sum(prefix)) * self.bias
 
 
+def in_blocks(step_fn, widths):
+    """step_fn whose logits come as column blocks of these widths, the vocabulary in order (as a
+    step function that splits its vocabulary projection across threads returns them)."""
+    def blocked_step_fn(ids, step, cache):
+        logits, cache = step_fn(ids, step, cache)
+        return tf.split(logits, widths, axis=-1), cache
+
+    return blocked_step_fn
+
+
 def reference_greedy(model, max_lengths, max_length, min_length=0):
     """Returns [(ids tuple, sum of log-probs)] per sentence."""
     results = []

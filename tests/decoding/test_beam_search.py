@@ -3,8 +3,8 @@ import pytest
 import tensorflow as tf
 
 from decoding_fakes import (
-    A, B, BOS, C, EOS, PrefixModel, TableModel, length_penalty, log_softmax, probability_rows,
-    reference_beam_search)
+    A, B, BOS, C, EOS, PrefixModel, TableModel, in_blocks, length_penalty, log_softmax,
+    probability_rows, reference_beam_search)
 from keras_transformer.decoding import beam_search, greedy_decode
 
 
@@ -153,6 +153,20 @@ def test_random_prefix_model_matches_reference(beam_size, alpha, num_return, min
     if min_length:
         assert all(len(ids) >= min(min_length, max_lengths[sentence])
                    for sentence, hypotheses in enumerate(expected) for ids, _ in hypotheses)
+
+
+@pytest.mark.parametrize("widths,min_length", [((4, 7), 0), ((5, 6), 4), ((7, 4), 3)])
+def test_logits_in_blocks_match_reference(widths, min_length):
+    """A step function that returns its logits in column blocks (each of at least 2W columns)
+    decodes as the documented beam search over the whole vocabulary."""
+    max_lengths, max_length, beam_size = [7, 3, 6, 1, 7], 7, 2
+    model = PrefixModel(len(max_lengths), vocab_size=11, max_length=max_length, seed=7)
+    expected = reference_beam_search(model, max_lengths, max_length, beam_size, 0.6,
+                                     min_length=min_length)
+    result = beam_search(in_blocks(model.step_fn, widths), model.initial_cache(beam_size),
+                         len(max_lengths), beam_size, tf.constant(max_lengths), BOS, EOS, alpha=0.6,
+                         max_length=max_length, min_length=min_length)
+    assert_matches({name: value.numpy() for name, value in result.items()}, expected)
 
 
 def test_num_return_gives_the_best_of_the_full_list():

@@ -3,7 +3,8 @@ import pytest
 import tensorflow as tf
 
 from decoding_fakes import (
-    A, B, BOS, C, EOS, PrefixModel, TableModel, log_softmax, probability_rows, reference_greedy)
+    A, B, BOS, C, EOS, PrefixModel, TableModel, in_blocks, log_softmax, probability_rows,
+    reference_greedy)
 from keras_transformer.decoding import greedy_decode
 
 
@@ -90,13 +91,16 @@ def test_float16_logits_are_decoded_in_float32():
     assert result["scores"].dtype == np.float32
 
 
-@pytest.mark.parametrize("mode", ["eager", "tf.function", "xla"])
-def test_random_prefix_model_matches_reference(mode):
+@pytest.mark.parametrize("mode,widths", [("eager", None), ("tf.function", None), ("xla", None),
+                                         ("tf.function", (4, 5)), ("xla", (2, 3, 4))])
+def test_random_prefix_model_matches_reference(mode, widths):
+    """widths: the step function returns its logits in column blocks of these widths."""
     max_lengths, max_length = [7, 3, 5, 1], 7
     model = PrefixModel(len(max_lengths), vocab_size=9, max_length=max_length, seed=3)
+    step_fn = model.step_fn if widths is None else in_blocks(model.step_fn, widths)
 
     def run(max_lengths):
-        return greedy_decode(model.step_fn, model.initial_cache(), len(max_lengths),
+        return greedy_decode(step_fn, model.initial_cache(), len(max_lengths),
                              max_lengths, BOS, EOS, max_length=max_length, min_length=2)
 
     if mode != "eager":
@@ -111,3 +115,25 @@ def test_random_prefix_model_matches_reference(mode):
         np.testing.assert_allclose(result["scores"][sentence], score, rtol=1e-5)
     assert any(ids[-1] == EOS for ids, _ in expected)
     assert any(ids[-1] != EOS for ids, _ in expected)
+
+
+def test_logits_in_blocks_decode_as_one_tensor_ties_and_eos_included():
+    """Ties between blocks go to the lower id, as argmax over the whole vocabulary; a forbidden
+    EOS leads its block; without min_length the top-1 path runs."""
+    max_lengths, max_length = [6, 4, 6], 6
+    model = PrefixModel(len(max_lengths), vocab_size=8, max_length=max_length, seed=5, scale=0.0)
+    model.bias[:] = 0.0
+    model.table[:, EOS] = 1.0  # EOS the single best token; the others tie across both blocks
+    for min_length in (None, 4):
+        whole, blocked = (
+            {name: value.numpy() for name, value in greedy_decode(
+                fn, model.initial_cache(), len(max_lengths), tf.constant(max_lengths), BOS, EOS,
+                max_length=max_length, min_length=min_length).items()}
+            for fn in (model.step_fn, in_blocks(model.step_fn, (3, 5))))
+        for name in ("ids", "lengths"):
+            np.testing.assert_array_equal(blocked[name], whole[name])
+        np.testing.assert_allclose(blocked["scores"], whole["scores"], rtol=1e-6)
+        expected_lengths = [1, 1, 1] if min_length is None else [4, 4, 4]
+        np.testing.assert_array_equal(whole["lengths"], expected_lengths)
+    # After EOS is forbidden, the tie among the others goes to the lowest id, PAD (0).
+    np.testing.assert_array_equal(whole["ids"][:, :4], [[0, 0, 0, EOS]] * 3)
