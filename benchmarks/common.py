@@ -19,13 +19,15 @@ def base_parser(description):
     return parser
 
 
-def setup_tensorflow(args):
-    """Must run before tensorflow is imported."""
+def setup_tensorflow(args, intra_op_threads=None):
+    """Must run before tensorflow is imported. --threads inter-op threads, and as many intra-op
+    threads unless intra_op_threads says otherwise."""
+    intra_op_threads = intra_op_threads or args.threads
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = str(args.onednn)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(intra_op_threads)
     import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     return tf
 

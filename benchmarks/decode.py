@@ -1,7 +1,8 @@
 """Decoding (greedy or beam search) of keras_transformer at a preset, random weights, fixed shapes.
 
     python benchmarks/decode.py --preset base --vocab-size 32000 --batch-size 64 --source-length 25 \
-        --output-length 25 --beam-size 4 --threads 2 [--no-cache] [--saved-model] [--jit-compile]
+        --output-length 25 --beam-size 4 --threads 2 [--no-cache] [--saved-model] [--jit-compile] \
+        [--parallel-groups 2]
 
 Every sentence decodes exactly --output-length tokens, as the peer harness forces its peers:
 min_length = max_length = output length (EOS is forbidden before, and the search stops there).
@@ -14,6 +15,9 @@ batch * output_length / seconds, ...}.
                  prefix (the encoder still runs once), to show what the key/value cache gains.
   --saved-model  time the decoder exported with tf.saved_model.save and loaded back from disk.
   --jit-compile  compile the decoding function with XLA.
+  --parallel-groups G  decode the sentences in G groups side by side (Transformer.decoding_step_fn),
+                 with --threads inter-op threads and --threads / G intra-op threads (the same
+                 number of cores: on 2, one intra-op thread per group instead of two per op).
 """
 import os
 import sys
@@ -54,7 +58,8 @@ def make_decoder(tf, model, args):
         if args.no_cache:
             step_fn, cache = full_recomputation_step_fn(tf, model, source_ids, beam_size, length)
         else:
-            step_fn, cache = model.decoding_step_fn(source_ids, beam_size, cache_length=length)
+            step_fn, cache = model.decoding_step_fn(source_ids, beam_size, cache_length=length,
+                                                    parallel_groups=args.parallel_groups)
         result = beam_search(step_fn, cache, batch_size, beam_size, tf.fill([batch_size], length), BOS_ID,
                              EOS_ID, alpha=ALPHA, max_length=length, num_return=1, min_length=length)
         return result["ids"][:, 0], result["lengths"][:, 0]
@@ -80,10 +85,16 @@ def main():
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--no-cache", action="store_true", help="decode by full recomputation")
     parser.add_argument("--saved-model", action="store_true", help="time a SavedModel loaded from disk")
+    parser.add_argument("--parallel-groups", type=int, default=1,
+                        help="sentence groups decoded side by side, each with threads / G intra-op threads")
     args = parser.parse_args()
     if args.no_cache and args.jit_compile:
         parser.error("--no-cache decodes a prefix that grows every step, which XLA cannot compile")
-    tf = setup_tensorflow(args)
+    if args.parallel_groups < 1 or args.threads % args.parallel_groups:
+        parser.error(f"--parallel-groups must divide --threads ({args.threads}); got {args.parallel_groups}")
+    if args.no_cache and args.parallel_groups > 1:
+        parser.error("--parallel-groups splits the cached decoder; --no-cache has none")
+    tf = setup_tensorflow(args, intra_op_threads=args.threads // args.parallel_groups)
     import keras
     import keras_transformer as kt
 
@@ -102,11 +113,13 @@ def main():
         timing = best_of(lambda: decode(source_ids)[0].numpy(), runs=args.runs)
     tokens = args.batch_size * args.output_length
     log(f"keras_transformer decode, beam {args.beam_size}{', no cache' if args.no_cache else ''}"
+        f"{f', {args.parallel_groups} groups' if args.parallel_groups > 1 else ''}"
         f"{', SavedModel' if args.saved_model else ''}: {timing['seconds']:.2f} s, "
         f"{tokens / timing['seconds']:.0f} target tok/s")
     emit(task="decode", beam=args.beam_size, preset=args.preset, threads=args.threads, batch=args.batch_size,
          source_length=args.source_length, output_length=args.output_length, cache=not args.no_cache,
-         saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn, **timing,
+         saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn,
+         parallel_groups=args.parallel_groups, intra_op_threads=args.threads // args.parallel_groups, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
 
 

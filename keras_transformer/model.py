@@ -13,6 +13,19 @@ from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.schedule import paper_optimizer
 
 
+def _even_sizes(total, parts):
+    """`parts` Python ints that differ by at most 1 and add up to `total`."""
+    return [(total + parts - 1 - part) // parts for part in range(parts)]
+
+
+def _split_rows(x, sizes):
+    """x cut along axis 0 into len(sizes) pieces of these sizes (all Python ints, or not)."""
+    if len(sizes) == 1:
+        return [x]
+    return tf.split(x, sizes if all(isinstance(size, int) for size in sizes) else tf.stack(sizes), axis=0,
+                    num=len(sizes))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(keras.Model):
     """The encoder-decoder Transformer of section 3 (Figure 1).
@@ -101,7 +114,7 @@ class Transformer(keras.Model):
         memory, source_padding_mask = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, memory, source_padding_mask, training=training)
 
-    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None):
+    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None, parallel_groups=1):
         """Everything keras_transformer.decoding needs to translate `source_ids` (B, S).
 
         Encodes once, computes every decoder layer's encoder-decoder keys and values once per
@@ -110,22 +123,61 @@ class Transformer(keras.Model):
         (batch-major) through the cached decoder; its `reorder_cache` moves only the rows' prefix
         slots (Decoder.reorder_cache), never the keys and values. cache_length (L) is the most
         positions it will be fed (default: the config's max_length).
+
+        parallel_groups (G, default 1): cut the sentences into G groups of consecutive ones, each
+        encoded and decoded by its own ops, and the output projection into G vocabulary blocks
+        (the logits come as a list of G blocks (B*W, V/G), see keras_transformer.decoding): G
+        chains of independent ops that TensorFlow runs at once, one per inter-op thread. The
+        results are those of G = 1. It pays off when each op would get little from several
+        threads, as in a decoding step's small matrix products: on 2 cores, G = 2 with 1 intra-op
+        and 2 inter-op threads (benchmarks/decode.py --parallel-groups 2). With more intra-op
+        threads than cores per group, the groups' ops fight over the cores and it is slower.
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
+        if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
+            raise ValueError(f"parallel_groups must be an integer >= 1; got {parallel_groups!r}")
+        sentences = source_ids.shape[0] if source_ids.shape[0] is not None else tf.shape(source_ids)[0]
+        # Group g holds sentences [starts[g], starts[g] + sizes[g]); sizes differ by at most 1.
+        sizes = [(sentences + parallel_groups - 1 - g) // parallel_groups for g in range(parallel_groups)]
+        starts = [sum(sizes[:g]) for g in range(parallel_groups)]
+        groups = [self._decoding_group(source_ids[start:start + size], beam_size, cache_length)
+                  for start, size in zip(starts, sizes)]
+        dtype = groups[0][1].dtype  # the memory's
+        output_kernel = self.output_embedding.transposed_embeddings(dtype)  # (D, V), made once
+        if parallel_groups > 1 and self.config.vocab_size // parallel_groups >= 2 * beam_size:
+            # Blocks of at least 2W columns each (the beam search's need).
+            output_kernels = tf.split(output_kernel, _even_sizes(self.config.vocab_size, parallel_groups), axis=1)
+        else:
+            output_kernels = [output_kernel]
+        row_sizes = [size * beam_size for size in sizes]
+
+        def step_fn(ids, step, cache):
+            outputs, new_cache = [], []
+            for (memory_key_values, memory_bias, _), group_ids, group_cache in zip(
+                    groups, _split_rows(ids, row_sizes), cache):
+                x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)
+                x, group_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
+                                                          beam_size)
+                outputs.append(x)
+                new_cache.append(group_cache)
+            x = outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=0)  # (B*W, 1, D)
+            logits = [self.output_embedding.logits(x, kernel)[:, 0, :] for kernel in output_kernels]
+            return (logits[0] if len(logits) == 1 else logits), new_cache
+
+        def reorder_cache(cache, parents):
+            return [self.decoder.reorder_cache(group_cache, group_parents - start * beam_size)
+                    for group_cache, group_parents, start in zip(cache, _split_rows(parents, row_sizes), starts)]
+
+        step_fn.reorder_cache = reorder_cache
+        return step_fn, [group_cache for _, _, group_cache in groups]
+
+    def _decoding_group(self, source_ids, beam_size, cache_length):
+        """((memory keys / values per layer, memory bias), initial cache) of a group of sentences."""
         memory, source_padding_mask = self.encode(source_ids, training=False)
         memory_key_values = self.decoder.project_memory(memory)
         memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)
-        batch_size = tf.shape(source_ids)[0]
-        initial_cache = self.decoder.initial_cache(batch_size * beam_size, cache_length, memory.dtype, beam_size)
-        output_kernel = self.output_embedding.transposed_embeddings(memory.dtype)  # (D, V), made once
-
-        def step_fn(ids, step, cache):
-            x = self.target_positional(self.target_embedding(ids[:, None]), start=step)  # (B*W, 1, D)
-            x, cache = self.decoder.call_cached(x, memory_key_values, memory_bias, cache, step, beam_size)
-            return self.output_embedding.logits(x, output_kernel)[:, 0, :], cache
-
-        step_fn.reorder_cache = self.decoder.reorder_cache
-        return step_fn, initial_cache
+        rows = tf.shape(source_ids)[0] * beam_size
+        return memory_key_values, memory_bias, self.decoder.initial_cache(rows, cache_length, memory.dtype, beam_size)
 
     # Training: the loss is divided by the real target tokens of the global batch.
 

@@ -1,3 +1,5 @@
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -77,15 +79,22 @@ def test_changing_target_token_t_never_changes_earlier_logits():
         assert not np.allclose(after[:, t:], before[:, t:], atol=1e-5)
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(norm_first=True, tie_embeddings=False)])
-def test_cached_decoding_equals_the_full_pass(fields):
-    """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass."""
+@pytest.mark.parametrize("fields,parallel_groups", [
+    (dict(), 1), (dict(norm_first=True, tie_embeddings=False), 1), (dict(), 2), (dict(), 3)])
+def test_cached_decoding_equals_the_full_pass(fields, parallel_groups):
+    """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass,
+    also with the sentences in groups (3 groups of 2 sentences: one is empty) and the logits in
+    vocabulary blocks."""
     model = _tiny(**fields)
     full = np.asarray(model((SOURCE, TARGET)))
-    step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=1, cache_length=10)
+    step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=1, cache_length=10,
+                                            parallel_groups=parallel_groups)
     logits = []
     for t in range(TARGET.shape[1]):
         step_logits, cache = step_fn(tf.constant(TARGET[:, t]), tf.constant(t), cache)
+        if parallel_groups > 1:
+            assert len(step_logits) == parallel_groups
+            step_logits = tf.concat(step_logits, axis=-1)
         logits.append(step_logits)
     incremental = np.stack(logits, axis=1)
     real = TARGET != 0
@@ -175,3 +184,37 @@ def test_beam_search_on_the_shared_cache_equals_reordering_prefixes(beam_size):
     full = search(full_step_fn, tf.zeros([len(SOURCE) * beam_size, length], tf.int32))
     np.testing.assert_array_equal(cached["ids"], full["ids"])
     np.testing.assert_allclose(cached["scores"], full["scores"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size,batch,parallel_groups,dynamic", [
+    (1, 5, 2, False), (3, 5, 2, False), (3, 5, 2, True), (3, 4, 3, True), (2, 1, 2, False)])
+def test_parallel_groups_decode_as_one_group(beam_size, batch, parallel_groups, dynamic):
+    """Sentences in groups decoded side by side (uneven groups, an empty one when there are more
+    groups than sentences), logits in vocabulary blocks: the same translations and scores, with
+    the batch size known when traced or not (a serving signature)."""
+    model = _tiny()
+    rng = np.random.default_rng(batch)
+    source = np.zeros((batch, 7), np.int32)
+    for row, size in enumerate(rng.integers(1, 7, size=batch)):
+        source[row, :size] = rng.integers(4, 40, size=size)
+        source[row, size] = kt.EOS_ID
+    length = 6
+
+    def decode(source, parallel_groups):
+        sentences = tf.shape(source)[0] if dynamic else batch
+        step_fn, cache = model.decoding_step_fn(source, beam_size, cache_length=length,
+                                                parallel_groups=parallel_groups)
+        return beam_search(step_fn, cache, sentences, beam_size, tf.fill([sentences], length),
+                           kt.BOS_ID, kt.EOS_ID, num_return=beam_size)
+
+    signature = [tf.TensorSpec([None if dynamic else batch, 7], tf.int32)]
+    one, grouped = (tf.function(functools.partial(decode, parallel_groups=groups), input_signature=signature)(
+        tf.constant(source)) for groups in (1, parallel_groups))
+    np.testing.assert_array_equal(grouped["ids"], one["ids"])
+    np.testing.assert_array_equal(grouped["lengths"], one["lengths"])
+    np.testing.assert_allclose(grouped["scores"], one["scores"], rtol=1e-5)
+
+
+def test_parallel_groups_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="parallel_groups must be an integer >= 1; got 0"):
+        _tiny().decoding_step_fn(tf.constant(SOURCE), parallel_groups=0)

@@ -41,14 +41,15 @@ class TokenEmbedding(keras.layers.Layer):
     def logits(self, x, transposed=None):
         """x (B, T, D) -> float32 logits (B, T, V). transposed: E^T from `transposed_embeddings`,
         made once when logits are taken many times (decoding): on CPU the matmul with a (D, V)
-        operand is up to twice as fast as with E transposed on the fly."""
+        operand is up to twice as fast as with E transposed on the fly. It may be a block of
+        E^T's columns (D, V_i), which gives the logits of those tokens (B, T, V_i)."""
         shape = tf.shape(x)
         flat = tf.reshape(x, (-1, self.d_model))
         if transposed is None:
             logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype), transpose_b=True)  # (B*T, V)
         else:
-            logits = tf.matmul(flat, tf.cast(transposed, x.dtype))  # (B*T, V)
-        return tf.cast(tf.reshape(logits, tf.concat([shape[:-1], [self.vocab_size]], 0)), tf.float32)
+            logits = tf.matmul(flat, tf.cast(transposed, x.dtype))  # (B*T, V_i)
+        return tf.cast(tf.reshape(logits, tf.concat([shape[:-1], [logits.shape[-1]]], 0)), tf.float32)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
