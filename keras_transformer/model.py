@@ -143,12 +143,12 @@ class Transformer(keras.Model):
         groups = [self._decoding_group(source_ids[start:start + size], beam_size, cache_length)
                   for start, size in zip(starts, sizes)]
         dtype = groups[0][1].dtype  # the memory's
-        output_kernel = self.output_embedding.transposed_embeddings(dtype)  # (D, V), made once
         if parallel_groups > 1 and self.config.vocab_size // parallel_groups >= 2 * beam_size:
             # Blocks of at least 2W columns each (the beam search's need).
-            output_kernels = tf.split(output_kernel, _even_sizes(self.config.vocab_size, parallel_groups), axis=1)
+            output_kernels = self.output_embedding.transposed_embeddings(
+                dtype, _even_sizes(self.config.vocab_size, parallel_groups))  # [(D, V_i)], made once
         else:
-            output_kernels = [output_kernel]
+            output_kernels = [self.output_embedding.transposed_embeddings(dtype)]  # [(D, V)], made once
         row_sizes = [size * beam_size for size in sizes]
 
         def step_fn(ids, step, cache):

@@ -34,9 +34,14 @@ class TokenEmbedding(keras.layers.Layer):
         vectors = tf.gather(tf.cast(self.embeddings, self.compute_dtype), tf.cast(ids, tf.int32))
         return vectors * tf.cast(self.d_model ** 0.5, self.compute_dtype)
 
-    def transposed_embeddings(self, dtype=None):
-        """E^T (D, V) in dtype (default: the compute dtype), for `logits(x, transposed)`."""
-        return tf.transpose(tf.cast(self.embeddings, dtype or self.compute_dtype))
+    def transposed_embeddings(self, dtype=None, block_sizes=None):
+        """E^T (D, V) in dtype (default: the compute dtype), for `logits(x, transposed)`; with
+        block_sizes (ints adding up to V), the list of its column blocks (D, V_i), each made by
+        its own ops from the rows of E."""
+        embeddings = tf.cast(self.embeddings, dtype or self.compute_dtype)
+        if block_sizes is None:
+            return tf.transpose(embeddings)
+        return [tf.transpose(rows) for rows in tf.split(embeddings, block_sizes, axis=0)]
 
     def logits(self, x, transposed=None):
         """x (B, T, D) -> float32 logits (B, T, V). transposed: E^T from `transposed_embeddings`,
