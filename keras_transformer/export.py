@@ -195,7 +195,8 @@ class Translator(tf.Module):
         max_lengths = tf.minimum(source_lengths + self.decode_config.extra_length, self.model.config.max_length)
         max_lengths = tf.where(is_empty, 1, max_lengths)  # its output is replaced by ""
         max_length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch has no maximum
-        step_fn, cache = self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length)
+        step_fn, cache = self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length,
+                                                     parallel_groups=self.decode_config.parallel_groups)
         result = beam_search(step_fn, cache, batch_size, beam_size, max_lengths, self.decode_config.bos_id,
                              self.decode_config.eos_id, alpha=alpha, max_length=max_length,
                              num_return=num_return)

@@ -10,6 +10,7 @@ in a keras_transformer.export.Translator and writes --export-dir/<version> (defa
 number) atomically. Prints the path of the new version.
 """
 import argparse
+import dataclasses
 import logging
 import pathlib
 
@@ -31,6 +32,10 @@ def parse_args(argv=None):
                              "model max_length - extra_length))")
     parser.add_argument("--max-beam-size", type=int, default=DEFAULT_MAX_BEAM_SIZE,
                         help="translate_nbest supports beam sizes 1..this")
+    parser.add_argument("--parallel-groups", type=int,
+                        help="decode each batch in this many sentence groups side by side (DecodeConfig."
+                             "parallel_groups; default: the run's decode config); for a server run with "
+                             "one intra-op thread per group")
     return parser, parser.parse_args(argv)
 
 
@@ -42,6 +47,8 @@ def main(argv=None):
     try:
         model, sentencepiece_proto, decode_config = load_model_from_workdir(args.workdir, args.checkpoint,
                                                                             args.weights)
+        if args.parallel_groups is not None:
+            decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
         translator = Translator(model, sentencepiece_proto, decode_config,
                                 max_source_length=args.max_source_length, max_beam_size=args.max_beam_size)
         path = export_translator(translator, export_dir, version=args.version)

@@ -21,7 +21,9 @@ def test_train_and_decode_defaults_are_the_papers():
     assert (train.train_steps, train.warmup_steps, train.adam_beta_1, train.adam_beta_2, train.adam_epsilon,
             train.tokens_per_batch, train.checkpoints_to_average) == (100_000, 4000, 0.9, 0.98, 1e-9, 25_000, 5)
     decode = DecodeConfig()
-    assert (decode.beam_size, decode.alpha, decode.extra_length) == (4, 0.6, 50)
+    assert (decode.beam_size, decode.alpha, decode.extra_length, decode.parallel_groups) == (4, 0.6, 50, 1)
+    with pytest.raises(ValueError, match="parallel_groups must be an integer >= 1; got 0"):
+        DecodeConfig(parallel_groups=0)
 
 
 def test_config_is_frozen_and_variants_replace_fields():
