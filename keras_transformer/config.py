@@ -199,9 +199,8 @@ class DecodeConfig(JsonConfig):
 
     parallel_groups (not in the paper; 1 by default; the results do not depend on it): decode the
     sentences of a batch in this many groups side by side, see Transformer.decoding_step_fn. It
-    pays off only with few intra-op threads per group, e.g. on 2 cores with 2 groups, TF Serving
-    run with --tensorflow_intra_op_parallelism=1 --tensorflow_inter_op_parallelism=2; with more
-    intra-op threads than that, it is slower.
+    pays off with one core's worth of intra-op threads per group, e.g. on 2 cores with 2 groups,
+    TF Serving run with --tensorflow_intra_op_parallelism=1 --tensorflow_inter_op_parallelism=2.
     """
 
     beam_size: int = 4

@@ -126,12 +126,13 @@ class Transformer(keras.Model):
 
         parallel_groups (G, default 1): cut the sentences into G groups of consecutive ones, each
         encoded and decoded by its own ops, and the output projection into G vocabulary blocks
-        (the logits come as a list of G blocks (B*W, V/G), see keras_transformer.decoding): G
-        chains of independent ops that TensorFlow runs at once, one per inter-op thread. The
-        results are those of G = 1. It pays off when each op would get little from several
-        threads, as in a decoding step's small matrix products: on 2 cores, G = 2 with 1 intra-op
-        and 2 inter-op threads (benchmarks/decode.py --parallel-groups 2). With more intra-op
-        threads than cores per group, the groups' ops fight over the cores and it is slower.
+        (the logits come as a list of G blocks (B*W, V/G), see keras_transformer.decoding, unless
+        a block would have fewer than the 2W columns beam search needs): G chains of independent
+        ops that TensorFlow runs at once, one per inter-op thread. The results are those of G = 1.
+        It pays off when an op gains little from several threads, as a decoding step's small
+        matrix products do: on 2 cores, G = 2 with 1 intra-op and 2 inter-op threads
+        (benchmarks/decode.py --parallel-groups 2; README, "Speed on a CPU"). With more intra-op
+        threads per group than its share of the cores, the groups compete for them.
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
         if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
@@ -172,7 +173,7 @@ class Transformer(keras.Model):
         return step_fn, [group_cache for _, _, group_cache in groups]
 
     def _decoding_group(self, source_ids, beam_size, cache_length):
-        """((memory keys / values per layer, memory bias), initial cache) of a group of sentences."""
+        """(memory keys / values per layer, memory bias, initial cache) of a group of sentences."""
         memory, source_padding_mask = self.encode(source_ids, training=False)
         memory_key_values = self.decoder.project_memory(memory)
         memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)

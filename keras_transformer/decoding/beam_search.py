@@ -10,8 +10,8 @@ of the cache is gathered along axis 0.
 
 One step, for each sentence (all tensors have fixed shapes; the work is O(B * W * V)):
 1. log p(next token) = logits - logsumexp(logits) in float32 (log-softmax, normalising only the
-   tokens selected; see selection.log_normalizer), added to the log-probability of each live hypothesis: of
-   the W * V candidates, the best 2W are kept (two top_k, see the body).
+   tokens selected; see selection.log_normalizer), added to the log-probability of each live
+   hypothesis: of the W * V candidates, the best 2W are kept (two top_k, see the body).
 2. Finishing: a candidate among the W best of them (those a beam of width W would keep; an EOS
    ranked lower is dropped) finishes if it is EOS, or if it reaches the sentence's maximum length
    (then it finishes there without EOS). Its score is

@@ -10,8 +10,8 @@ The step-function contract, shared with beam_search.py:
   with a reorder_cache, below), whose shapes never change from one step to the next;
 - logits: (N, V), any float dtype, scoring the token at position step + 1, or a list of column
   blocks (N, V_1), (N, V_2), ... covering the vocabulary in order, each searched and normalised
-  by its own ops (selection.py); new_cache has the structure and shapes of cache. The step function may write into the cache's tensors in place:
-  a cache passed to it is never used again.
+  by its own ops (selection.py); new_cache has the structure and shapes of cache. The step
+  function may write into the cache's tensors in place: a cache passed to it is never used again.
 - optionally, an attribute step_fn.reorder_cache(cache, parents) -> cache, for beam search: row n
   goes on from the hypothesis of row parents[n] (int32 (N,)). Without it, beam search gathers
   every tensor of the cache along axis 0 with parents.
