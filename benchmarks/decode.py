@@ -94,7 +94,8 @@ def main():
         parser.error(f"--parallel-groups must divide --threads ({args.threads}); got {args.parallel_groups}")
     if args.no_cache and args.parallel_groups > 1:
         parser.error("--parallel-groups splits the cached decoder; --no-cache has none")
-    tf = setup_tensorflow(args, intra_op_threads=args.threads // args.parallel_groups)
+    intra_op_threads = args.threads // args.parallel_groups
+    tf = setup_tensorflow(args, intra_op_threads=intra_op_threads)
     import keras
     import keras_transformer as kt
 
@@ -119,7 +120,7 @@ def main():
     emit(task="decode", beam=args.beam_size, preset=args.preset, threads=args.threads, batch=args.batch_size,
          source_length=args.source_length, output_length=args.output_length, cache=not args.no_cache,
          saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn,
-         parallel_groups=args.parallel_groups, intra_op_threads=args.threads // args.parallel_groups, **timing,
+         parallel_groups=args.parallel_groups, intra_op_threads=intra_op_threads, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
 
 

@@ -14,7 +14,8 @@ from keras_transformer.schedule import paper_optimizer
 
 
 def _even_sizes(total, parts):
-    """`parts` Python ints that differ by at most 1 and add up to `total`."""
+    """`parts` sizes that differ by at most 1 and add up to `total` (a Python int, then ints, or an
+    int32 scalar tensor, then tensors)."""
     return [(total + parts - 1 - part) // parts for part in range(parts)]
 
 
@@ -139,7 +140,7 @@ class Transformer(keras.Model):
             raise ValueError(f"parallel_groups must be an integer >= 1; got {parallel_groups!r}")
         sentences = source_ids.shape[0] if source_ids.shape[0] is not None else tf.shape(source_ids)[0]
         # Group g holds sentences [starts[g], starts[g] + sizes[g]); sizes differ by at most 1.
-        sizes = [(sentences + parallel_groups - 1 - g) // parallel_groups for g in range(parallel_groups)]
+        sizes = _even_sizes(sentences, parallel_groups)
         starts = [sum(sizes[:g]) for g in range(parallel_groups)]
         groups = [self._decoding_group(source_ids[start:start + size], beam_size, cache_length)
                   for start, size in zip(starts, sizes)]

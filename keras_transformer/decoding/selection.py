@@ -80,9 +80,7 @@ def log_normalizer(blocks, block_best):
     """log sum_v exp(logits) over the whole vocabulary -> (N,), given each block's best column
     (N,) (from `top_k`): log p(v) = logits[v] - normalizer. Decoders select on the logits (the
     ranking is the same) and normalise the selected tokens alone, never writing a (N, V)
-    log-softmax. blocks may also be one float32 tensor (N, V), block_best then one (N,)."""
-    if not isinstance(blocks, (list, tuple)):
-        return _block_log_normalizer(blocks, block_best)
+    log-softmax."""
     normalizers = [_block_log_normalizer(block, best) for block, best in zip(blocks, block_best)]
     if len(normalizers) == 1:
         return normalizers[0]

@@ -30,7 +30,7 @@ def test_blockwise_top_k_on_few_columns_is_top_k():
 def test_log_normalizer_equals_logsumexp():
     logits = tf.random.normal((16, 32000)) * 8.0
     top_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    np.testing.assert_allclose(log_normalizer(logits, top_ids), tf.reduce_logsumexp(logits, axis=-1),
+    np.testing.assert_allclose(log_normalizer([logits], [top_ids]), tf.reduce_logsumexp(logits, axis=-1),
                                rtol=1e-6)
 
 
