@@ -162,9 +162,10 @@ def xla_compilation_errors_name_the_flag(jit_compile: bool):
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as error:
         if not jit_compile or not any(marker in str(error) for marker in _XLA_ERROR_MARKERS):
             raise
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        cause = next(line.strip() for line in str(error).splitlines()
+                     if any(marker in line for marker in _XLA_ERROR_MARKERS))
         raise XlaCompilationError(
-            f"XLA could not compile the training step of this configuration ({first_line}). Run without "
+            f"XLA could not compile the training step of this configuration ({cause[:400]}). Run without "
             f"--jit-compile (or --set run.jit_compile=false) to train it without XLA.") from error
 
 
