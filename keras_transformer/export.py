@@ -129,6 +129,10 @@ def _checkpoint_prefix(path):
     return str(path)
 
 
+# Where string and SentencePiece ops run (they have no GPU kernels).
+HOST = "/device:CPU:0"
+
+
 def _valid_utf8(texts):
     """(N,) strings with every invalid UTF-8 sequence replaced by U+FFFD; never raises."""
     return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
@@ -174,19 +178,23 @@ class Translator(tf.Module):
                 "signatures": list(SIGNATURE_NAMES)}
 
     # In-graph pieces. The SentencePiece op is built in each calling graph (see SubwordTokenizer).
+    # Strings and SentencePiece have CPU kernels only: they are placed on the host explicitly, so that
+    # on a GPU server everything between them (the model, the beam search) stays on the GPU.
 
     def _sentencepiece(self):
         return tf_text.SentencepieceTokenizer(model=self.sentencepiece_proto, out_type=tf.int32)
 
     def _tokenize(self, texts, max_tokens):
         """(B,) strings -> ragged (B, None) ids: clean UTF-8, stripped, at most max_tokens."""
-        return self._sentencepiece().tokenize(tf.strings.strip(_valid_utf8(texts)))[:, :max_tokens]
+        with tf.device(HOST):
+            return self._sentencepiece().tokenize(tf.strings.strip(_valid_utf8(texts)))[:, :max_tokens]
 
     def _source_ids(self, texts):
         """(B,) strings -> source_ids (B, S) int32 with EOS, 0-padded, and is_empty (B,) bool."""
-        tokens = self._tokenize(texts, self.max_source_length - 1)
-        eos = tf.fill([tokens.nrows(), 1], EOS_ID)
-        return tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID), tokens.row_lengths() == 0
+        with tf.device(HOST):  # ragged ops, next to the tokenizer
+            tokens = self._tokenize(texts, self.max_source_length - 1)
+            eos = tf.fill([tokens.nrows(), 1], EOS_ID)
+            return tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID), tokens.row_lengths() == 0
 
     def _decode(self, source_ids, is_empty, beam_size, alpha, num_return):
         """Beam search (W = beam_size, a Python int) -> ids (B, R, T), scores (B, R)."""
@@ -205,10 +213,11 @@ class Translator(tf.Module):
     def _detokenize(self, ids, scores, is_empty):
         """ids (B, R, T), scores (B, R) -> translations (B, R) string, scores (B, R)."""
         shape = tf.shape(ids)
-        texts = self._sentencepiece().detokenize(tf.reshape(ids, [-1, shape[2]]))  # EOS, PAD vanish
-        texts = tf.reshape(_valid_utf8(texts), shape[:2])
         empty = is_empty[:, None]
-        return tf.where(empty, "", texts), tf.where(empty, 0.0, scores)
+        with tf.device(HOST):
+            texts = self._sentencepiece().detokenize(tf.reshape(ids, [-1, shape[2]]))  # EOS, PAD vanish
+            texts = tf.where(empty, "", tf.reshape(_valid_utf8(texts), shape[:2]))
+        return texts, tf.where(empty, 0.0, scores)
 
     def _alpha(self, alpha):
         alpha = tf.cast(alpha, tf.float32)
@@ -223,7 +232,9 @@ class Translator(tf.Module):
         ids, scores = self._decode(source_ids, is_empty, self.decode_config.beam_size,
                                    self.decode_config.alpha, num_return=1)
         translations, scores = self._detokenize(ids, scores, is_empty)
-        return {"translations": translations[:, 0], "scores": scores[:, 0]}
+        with tf.device(HOST):
+            translations = translations[:, 0]
+        return {"translations": translations, "scores": scores[:, 0]}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
                                   tf.TensorSpec([], tf.int32, name="beam_size"),
@@ -240,14 +251,16 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="source"),
                                   tf.TensorSpec([None], tf.string, name="target")])
     def score(self, source, target):
-        tf.debugging.assert_equal(tf.size(source), tf.size(target),
-                                  message="score: source and target must hold as many strings")
+        with tf.device(HOST):
+            tf.debugging.assert_equal(tf.size(source), tf.size(target),
+                                      message="score: source and target must hold as many strings")
         source_ids, _ = self._source_ids(source)
-        tokens = self._tokenize(target, self.model.config.max_length - 1)
-        bos = tf.fill([tokens.nrows(), 1], self.decode_config.bos_id)
-        eos = tf.fill([tokens.nrows(), 1], self.decode_config.eos_id)
-        target_input = tf.concat([bos, tokens], axis=1).to_tensor(PAD_ID)  # (B, T)
-        target_output = tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID)  # (B, T)
+        with tf.device(HOST):
+            tokens = self._tokenize(target, self.model.config.max_length - 1)
+            bos = tf.fill([tokens.nrows(), 1], self.decode_config.bos_id)
+            eos = tf.fill([tokens.nrows(), 1], self.decode_config.eos_id)
+            target_input = tf.concat([bos, tokens], axis=1).to_tensor(PAD_ID)  # (B, T)
+            target_output = tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID)  # (B, T)
         logits = tf.cast(self.model((source_ids, target_input), training=False), tf.float32)  # (B, T, V)
         log_probs = (tf.gather(logits, target_output, batch_dims=2)
                      - tf.reduce_logsumexp(logits, axis=-1))  # (B, T)
