@@ -1,0 +1,68 @@
+"""A run with --jit-compile compiles its training step once per distinct batch shape, never more.
+
+The step is traced with relaxed shapes (Keras' reduce_retracing) and XLA compiles it for each
+concrete input shape it meets; the token-budget buckets keep those shapes few (README, "Mixed
+precision, XLA and TPUs"). The test counts the compilations from XLA's own dumps (XLA_FLAGS
+--xla_dump_to, one `before_optimizations` module per compilation; the training step's are those that
+hold the Adam update) and compares their input shapes with the batches the run's stream yields,
+rebuilt from the run's written configs and vocabulary.
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer.data import get_corpus, load_or_train_tokenizer
+from keras_transformer.training.data_stream import training_stream
+from keras_transformer.training.run_config import RunConfigs
+from tests.training.test_resume import DEADLINE_SECONDS, REPOSITORY, corpus_spec  # noqa: F401  (fixture)
+
+TRAIN_STEPS = 16  # about 1.5 epochs of the 2,000-pair corpus: full batches and each epoch's last ones
+
+
+def _compiled_step_shapes(dump_directory):
+    """The (B, L) shapes of the int32 batch inputs of each compiled training step, one entry per
+    compilation."""
+    shapes = []
+    for path in sorted(dump_directory.glob("*.before_optimizations.txt")):
+        text = path.read_text()
+        if "ResourceApplyAdam" not in text:  # the evaluation's test step is compiled too
+            continue
+        entry = text[text.index("ENTRY"):]
+        parameters = re.findall(r"= s32\[(\d+),(\d+)\]\{1,0\} parameter\(\d+\)", entry)
+        assert parameters, f"no (B, L) int32 input in {path.name}"
+        shapes.append(tuple(sorted({tuple(map(int, shape)) for shape in parameters})))
+    return shapes
+
+
+@pytest.mark.slow
+def test_the_training_step_compiles_once_per_batch_shape(corpus_spec, tmp_path):  # noqa: F811
+    workdir, dumps = tmp_path / "workdir", tmp_path / "xla"
+    command = [sys.executable, "-m", "pipelines.train_wmt", "--preset", "tiny", "--dataset", corpus_spec,
+               "--workdir", str(workdir), "--no-export", "--jit-compile", "--train-steps", str(TRAIN_STEPS),
+               "--checkpoint-every-steps", str(TRAIN_STEPS), "--eval-every-steps", str(TRAIN_STEPS),
+               "--verbose", "2", "--set", "eval_sentences=2", "--set", "sample_translations=1"]
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                       XLA_FLAGS=f"--xla_dump_to={dumps} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE")
+    result = subprocess.run(command, cwd=REPOSITORY, env=environment, capture_output=True, text=True,
+                            timeout=DEADLINE_SECONDS)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+    configs = RunConfigs.read(workdir)
+    assert configs.run.jit_compile
+    corpus = get_corpus(configs.data.dataset, reverse=configs.data.reverse, seed=configs.data.seed)
+    tokenizer = load_or_train_tokenizer(workdir, [], configs.data.tokenizer_settings(corpus.name))  # the run's
+    stream = training_stream(corpus, tokenizer, configs.data)
+    fed = collections.Counter()
+    for element in stream.take(TRAIN_STEPS):
+        (source, target_input), target_output = element["batch"]
+        assert source.shape == target_input.shape == target_output.shape  # one bucket length
+        fed[tuple(source.shape.as_list())] += 1
+    assert len(fed) > 1 and max(fed.values()) > 1, f"the test needs repeated and distinct shapes: {fed}"
+
+    compiled = _compiled_step_shapes(dumps)
+    assert all(len(shapes) == 1 for shapes in compiled)  # source, target input and output: one (B, L)
+    assert sorted(shapes[0] for shapes in compiled) == sorted(fed), "one compilation per distinct shape"
