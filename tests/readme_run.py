@@ -6,6 +6,7 @@ as the README serves what its first command exported. The work is cached on disk
 session's base temporary directory, as in tests/trained_tiny.py.
 """
 import dataclasses
+import os
 import pathlib
 import re
 import subprocess
@@ -24,6 +25,7 @@ class ReadmeRun:
     workdir: pathlib.Path
     export_dir: pathlib.Path
     stdout: str
+    stderr: str
 
 
 def readme_train_command():
@@ -35,23 +37,27 @@ def readme_train_command():
 
 
 def run_readme_command(workdir, export_dir):
-    """Runs the README's first command with fewer steps; returns its stdout (asserts it succeeded)."""
+    """Runs the README's first command with fewer steps, in the environment a user has (no
+    TF_CPP_MIN_LOG_LEVEL of the test session's); returns (stdout, stderr) (asserts it succeeded)."""
     command = [sys.executable, *readme_train_command(), "--train-steps", str(TRAIN_STEPS),
                "--checkpoint-every-steps", str(CHECKPOINT_EVERY_STEPS), "--workdir", str(workdir),
                "--export-dir", str(export_dir), "--verbose", "2"]
-    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1500)
+    environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1500,
+                            env=environment)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    return result.stdout, result.stderr
 
 
 @pytest.fixture(scope="session")
 def readme_run(tmp_path_factory) -> ReadmeRun:
     root = tmp_path_factory.getbasetemp() / "readme_run"
     run = ReadmeRun(root / "runs" / "numbers-reverse-tiny", root / "exported" / "numbers-reverse-tiny",
-                    stdout="")
-    log = root / "stdout.txt"
-    if not log.exists():
+                    stdout="", stderr="")
+    stdout_log, stderr_log = root / "stdout.txt", root / "stderr.txt"
+    if not stdout_log.exists():
         root.mkdir(parents=True, exist_ok=True)
-        stdout = run_readme_command(run.workdir, run.export_dir)
-        log.write_text(stdout)
-    return dataclasses.replace(run, stdout=log.read_text())
+        stdout, stderr = run_readme_command(run.workdir, run.export_dir)
+        stderr_log.write_text(stderr)
+        stdout_log.write_text(stdout)  # last: its presence says the run is complete
+    return dataclasses.replace(run, stdout=stdout_log.read_text(), stderr=stderr_log.read_text())

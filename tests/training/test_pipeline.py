@@ -97,9 +97,32 @@ def test_tensorboard_holds_scalars_translations_and_an_attention_image(finished_
 
 def test_running_the_finished_job_again_reuses_its_export(finished_run):
     workdir, export_dir, _ = finished_run
-    stdout = run_readme_command(workdir, export_dir)
+    stdout, _ = run_readme_command(workdir, export_dir)
     assert stdout.strip().splitlines()[-1] == f"SavedModel: {export_dir / '1'}"
     assert sorted(path.name for path in export_dir.iterdir() if not path.name.startswith(".")) == ["1"]
     assert "Epoch" not in stdout  # nothing left to train
     kept = sorted(int(p.name[5:-6]) for p in (workdir / "checkpoints").glob("ckpt-*.index"))
     assert kept == list(range(100, TRAIN_STEPS + 1, CHECKPOINT_EVERY_STEPS))  # the tiny preset keeps 5
+
+
+# What a user would take for a problem: a Python warning (file:line: SomeWarning: ...), a warning or
+# error of Python's logging (ours: "WARNING name: ...", TensorFlow's: "WARNING:tensorflow:..."), an
+# error-level line of TensorFlow's C++ log ("E0000 ...").
+ALARMING_LINE = re.compile(r"^(\S+:\d+: \w*Warning: |(WARNING|ERROR|CRITICAL)( \S+|:\w+):|E\d{4} )")
+
+
+def test_a_healthy_run_prints_no_warning_and_no_error_line(readme_run):
+    lines = (readme_run.stdout + readme_run.stderr).splitlines()
+    assert any(line.startswith("INFO keras_transformer") for line in lines)  # stderr was captured
+    assert [line for line in lines if ALARMING_LINE.search(line)] == []
+
+
+@pytest.mark.parametrize("line", [
+    "/x/keras/src/trainers/epoch_iterator.py:164: UserWarning: Your input ran out of data; interrupting",
+    "WARNING keras_transformer.training.averaging: averaging 2 checkpoints",
+    "WARNING:tensorflow:5 out of the last 5 calls to <function> triggered tf.function retracing.",
+    "E0000 00:00:1795537254.739030    3768 cuda_platform.cc:52] failed call to cuInit",
+    "ERROR keras_transformer: something failed",
+])
+def test_the_check_sees_each_kind_of_alarming_line(line):
+    assert ALARMING_LINE.search(line)

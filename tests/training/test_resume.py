@@ -1,4 +1,5 @@
-"""Nothing is lost: a run killed (SIGKILL) and started again ends where an uninterrupted run ends; SIGTERM
+"""Nothing is lost: a run killed (SIGKILL) and started again ends where an uninterrupted run ends (in float32,
+mixed_float16 and mixed_bfloat16); SIGTERM
 saves and exits with 143; a NaN loss stops the run without saving over the last good checkpoint.
 
 The subprocess tests run `python -m pipelines.train_wmt` (tiny preset, dropout on, so the saved dropout
@@ -48,9 +49,10 @@ def corpus_spec(tmp_path_factory):
     return ";".join(f"{split}={path}" for split, path in files.items())
 
 
-def _command(corpus_spec, run_directory, train_steps=TRAIN_STEPS):
+def _command(corpus_spec, run_directory, train_steps=TRAIN_STEPS, precision="off", export=False):
+    export_flags = ["--export-dir", str(run_directory / "exported")] if export else ["--no-export"]
     return [sys.executable, "-m", "pipelines.train_wmt", "--preset", "tiny", "--dataset", corpus_spec,
-            "--workdir", str(run_directory / "workdir"), "--no-export",
+            "--workdir", str(run_directory / "workdir"), *export_flags, "--mixed-precision", precision,
             "--train-steps", str(train_steps), "--checkpoint-every-steps", str(CHECKPOINT_EVERY),
             "--eval-every-steps", str(train_steps), "--verbose", "2",
             "--set", "dropout_rate=0.1", "--set", "eval_sentences=5", "--set", "sample_translations=1"]
@@ -96,9 +98,11 @@ def _checkpoint(run_directory, step):
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec, tmp_path):
+@pytest.mark.parametrize("precision", ["off", "mixed_float16", "mixed_bfloat16"])
+def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec, tmp_path, precision):
     """SIGKILL once the first checkpoint is listed, then the same command: it goes on from that
     checkpoint's step and ends with the weights of an uninterrupted run with the same seed, bit for bit.
+    Under each precision: mixed_float16's loss scale and its growth counter are part of the state.
 
     Tolerance 0: the data order is a pure function of (seed, epoch), the restarted stream skips the
     consumed batches, the dropout seed states and the step (hence the learning rate) are restored, and
@@ -109,13 +113,20 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     such losses.
     """
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
-    reference_output = _run_to_the_end(_command(corpus_spec, reference), tmp_path / "reference.log")
+    # The float16 reference is the issue's whole job: trained, averaged, scored and exported.
+    export = precision == "mixed_float16"
+    reference_output = _run_to_the_end(_command(corpus_spec, reference, precision=precision, export=export),
+                                       tmp_path / "reference.log")
     assert re.search(rf"^{TRAIN_STEPS}/{TRAIN_STEPS} - ", reference_output, re.MULTILINE), reference_output[-4000:]
     assert re.search(rf"^test \({TRAIN_STEPS} steps, .*sacreBLEU", reference_output,
                      re.MULTILINE), reference_output[-4000:]
-    assert "SavedModel" not in reference_output and sorted(path.name for path in reference.iterdir()) == ["workdir"]
+    if export:
+        _assert_exported_in_float32(reference, reference_output)
+    else:
+        assert "SavedModel" not in reference_output
+        assert sorted(path.name for path in reference.iterdir()) == ["workdir"]
 
-    process = _start(_command(corpus_spec, interrupted), tmp_path / "killed.log")
+    process = _start(_command(corpus_spec, interrupted, precision=precision), tmp_path / "killed.log")
     first = _wait_for_first_checkpoint(process, interrupted, tmp_path / "killed.log")
     process.kill()
     process.wait(timeout=DEADLINE_SECONDS)
@@ -126,7 +137,8 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
                     for name in ("epoch", "batch"))
     assert batch > 0, f"checkpoint at a data epoch's start ({epoch}, {batch}): the test would not cover skipping"
 
-    resumed_output = _run_to_the_end(_command(corpus_spec, interrupted), tmp_path / "resumed.log")
+    resumed_output = _run_to_the_end(_command(corpus_spec, interrupted, precision=precision),
+                                     tmp_path / "resumed.log")
     # One Keras epoch of the remaining steps: the run went on from `saved`, not from 0.
     remaining = TRAIN_STEPS - saved
     assert re.search(rf"^{remaining}/{remaining} - ", resumed_output, re.MULTILINE), resumed_output[-4000:]
@@ -144,8 +156,22 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     names = set(expected.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert names == set(got.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert any(name.startswith("dropout_rng/") for name in names)
+    assert ("optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE" in names) == (precision == "mixed_float16")
     for name in sorted(names):
         np.testing.assert_array_equal(got.get_tensor(name), expected.get_tensor(name), err_msg=name)
+
+
+def _assert_exported_in_float32(run_directory, output):
+    """The SavedModel of a mixed-precision run: its weights loaded into a float32 model, it translates."""
+    exported = re.findall(r"^SavedModel: (\S+)$", output, re.MULTILINE)
+    assert exported and pathlib.Path(exported[-1]).parent == run_directory / "exported", output[-4000:]
+    loaded = tf.saved_model.load(exported[-1])
+    answer = loaded.signatures["serving_default"](inputs=tf.constant(["sieben", ""]))
+    assert answer["translations"].dtype == tf.string and answer["scores"].dtype == tf.float32
+    assert answer["translations"].numpy()[1] == b"" and np.isfinite(answer["scores"].numpy()).all()
+    stored = tf.train.load_checkpoint(str(pathlib.Path(exported[-1]) / "variables" / "variables"))
+    floating = {dtype for dtype in stored.get_variable_to_dtype_map().values() if dtype.is_floating}
+    assert floating == {tf.float32}, floating  # float32 weights, as in any float32 export
 
 
 def _last_training_loss(output):
