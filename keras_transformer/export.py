@@ -19,9 +19,9 @@ Signatures (B sentences; every output has one row per input, also for bad input)
 Scores of translations are beam-search scores: log-probability / ((5 + length) / 6) ** alpha.
 
 Precision (`Translator(..., precision=...)`, keras_transformer.precision): float32 (what a float32
-model gives by default), bfloat16 or float16. In a reduced precision the SavedModel stores the weights in that dtype (about
-half the size) and runs the matrix products and attention in it; log-softmax, beam scores and the
-`score` signature stay float32, and the signatures are the same.
+model gives by default), bfloat16 or float16. In a reduced precision the SavedModel stores the
+weights in that dtype (half the size) and runs the matrix products and attention in it; log-softmax,
+beam scores and the `score` signature stay float32, and the signatures are the same.
 
 Input handling, the same in every signature: invalid UTF-8 is replaced by U+FFFD (never an error),
 surrounding ASCII whitespace is stripped (the corpora are stripped too), the source is cut to

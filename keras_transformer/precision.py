@@ -10,8 +10,8 @@ log-softmax and beam scores and the `score` signature.
 
 - bfloat16 keeps float32's range with 8 bits of mantissa; on a CPU with bfloat16 arithmetic
   (avx512_bf16 or amx_bf16 on x86, bf16 on Arm) oneDNN runs its matrix products natively. Without
-  it TensorFlow converts to float32 and back around each product, which is slower than float32:
-  `warn_if_slow_here` says so, once per process.
+  it bfloat16 arithmetic is emulated, which is slower than float32: `warn_if_slow_here` says so,
+  once per process.
 - float16 (for GPUs) has 11 bits of mantissa but a largest value of 65,504: a model with a weight
   beyond it is refused (`check_float16_range`), naming the weight.
 """

@@ -56,7 +56,8 @@ def main(argv=None):
         if args.parallel_groups is not None:
             decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
         translator = Translator(model, sentencepiece_proto, decode_config,
-                                max_source_length=args.max_source_length, max_beam_size=args.max_beam_size, precision=args.precision)
+                                max_source_length=args.max_source_length, max_beam_size=args.max_beam_size,
+                                precision=args.precision)
         path = export_translator(translator, export_dir, version=args.version)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
