@@ -2,7 +2,7 @@
 
     python benchmarks/decode.py --preset base --vocab-size 32000 --batch-size 64 --source-length 25 \
         --output-length 25 --beam-size 4 --threads 2 [--no-cache] [--saved-model] [--jit-compile] \
-        [--parallel-groups 2]
+        [--parallel-groups 2] [--dtype bfloat16]
 
 Every sentence decodes exactly --output-length tokens, as the peer harness forces its peers:
 min_length = max_length = output length (EOS is forbidden before, and the search stops there).
@@ -18,6 +18,10 @@ batch * output_length / seconds, ...}.
   --parallel-groups G  decode the sentences in G groups side by side (Transformer.decoding_step_fn),
                  with --threads inter-op threads and --threads / G intra-op threads (the same
                  number of cores: on 2, one intra-op thread per group instead of two per op).
+  --dtype D      float32 (default), bfloat16 or float16: the model's weights and matrix products in
+                 that dtype (keras_transformer.precision.model_in_precision, what pipelines.export
+                 --precision exports), in process and with --saved-model alike. bfloat16 pays off on
+                 CPUs with AVX512_BF16 or AMX; elsewhere it runs, slower, after a warning.
 """
 import os
 import sys
@@ -87,6 +91,9 @@ def main():
     parser.add_argument("--saved-model", action="store_true", help="time a SavedModel loaded from disk")
     parser.add_argument("--parallel-groups", type=int, default=1,
                         help="sentence groups decoded side by side, each with threads / G intra-op threads")
+    # keras_transformer.precision.PRECISIONS, which cannot be imported before TensorFlow is set up.
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                        help="dtype of the weights and matrix products (log-softmax and scores stay float32)")
     args = parser.parse_args()
     if args.no_cache and args.jit_compile:
         parser.error("--no-cache decodes a prefix that grows every step, which XLA cannot compile")
@@ -98,9 +105,11 @@ def main():
     tf = setup_tensorflow(args, intra_op_threads=intra_op_threads)
     import keras
     import keras_transformer as kt
+    from keras_transformer.precision import model_in_precision, warn_if_slow_here
 
     keras.utils.set_random_seed(0)
-    model = kt.Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
+    model = model_in_precision(kt.Transformer.from_preset(args.preset, vocab_size=args.vocab_size), args.dtype)
+    warn_if_slow_here(args.dtype)
     tokens = tf.random.uniform((args.batch_size, args.source_length - 1), 4, args.vocab_size, tf.int32)
     source_ids = tf.concat([tokens, tf.fill([args.batch_size, 1], kt.EOS_ID)], axis=1)  # (B, S)
     decode = make_decoder(tf, model, args)
@@ -115,12 +124,13 @@ def main():
     tokens = args.batch_size * args.output_length
     log(f"keras_transformer decode, beam {args.beam_size}{', no cache' if args.no_cache else ''}"
         f"{f', {args.parallel_groups} groups' if args.parallel_groups > 1 else ''}"
-        f"{', SavedModel' if args.saved_model else ''}: {timing['seconds']:.2f} s, "
+        f"{', SavedModel' if args.saved_model else ''}{f', {args.dtype}' if args.dtype != 'float32' else ''}"
+        f": {timing['seconds']:.2f} s, "
         f"{tokens / timing['seconds']:.0f} target tok/s")
     emit(task="decode", beam=args.beam_size, preset=args.preset, threads=args.threads, batch=args.batch_size,
          source_length=args.source_length, output_length=args.output_length, cache=not args.no_cache,
          saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn,
-         parallel_groups=args.parallel_groups, intra_op_threads=intra_op_threads, **timing,
+         parallel_groups=args.parallel_groups, dtype=args.dtype, intra_op_threads=intra_op_threads, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
 
 

@@ -11,11 +11,17 @@ Signatures (B sentences; every output has one row per input, also for bad input)
   translate_nbest   inputs (B,) string, beam_size () int32, alpha () float32 -> translations (B, W)
                     string, scores (B, W) float32, best first, W = beam_size clamped to
                     [1, max_beam_size] (default 8: one traced beam search per size, picked with
-                    tf.switch_case). A negative or non-finite alpha falls back to the config's.
+                    tf.switch_case). alpha must be finite and >= 0 (0 ranks by log-probability);
+                    any other value is refused with InvalidArgumentError.
   score             source (B,) string, target (B,) string -> scores (B,) float32, the
                     log-probability of the target (with EOS) given the source by forced decoding,
                     and lengths (B,) int32, the target tokens scored (EOS included).
 Scores of translations are beam-search scores: log-probability / ((5 + length) / 6) ** alpha.
+
+Precision (`Translator(..., precision=...)`, keras_transformer.precision): float32 (what a float32
+model gives by default), bfloat16 or float16. In a reduced precision the SavedModel stores the
+weights in that dtype (half the size) and runs the matrix products and attention in it; log-softmax,
+beam scores and the `score` signature stay float32, and the signatures are the same.
 
 Input handling, the same in every signature: invalid UTF-8 is replaced by U+FFFD (never an error),
 surrounding ASCII whitespace is stripped (the corpora are stripped too), the source is cut to
@@ -44,6 +50,7 @@ import tensorflow_text as tf_text
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from keras_transformer.decoding import beam_search
 from keras_transformer.model import Transformer
+from keras_transformer.precision import check_precision, model_in_precision, warn_if_slow_here
 
 MODEL_CONFIG_FILENAME = "model_config.json"
 DECODE_CONFIG_FILENAME = "decode_config.json"
@@ -148,14 +155,22 @@ class Translator(tf.Module):
       max_source_length: longest source in tokens, EOS included; longer ones are cut. Default
         min(256, model max_length - extra_length).
       max_beam_size: translate_nbest supports beam sizes 1..max_beam_size (one traced search each).
+      precision: float32, bfloat16 or float16 (keras_transformer.precision): the dtype of the
+        weights and products of the graph; a copy of model in that precision is made if needed.
+        Default None: the model as it is (its weights are read live, e.g. while it trains).
+        float16 refuses a model with a weight beyond float16's range (ValueError naming it);
+        bfloat16 warns once on a CPU without bfloat16 arithmetic, where it runs slower.
 
     The signatures are in the module docstring; they are also plain tf.functions to call from
     Python: translate(inputs), translate_nbest(inputs, beam_size, alpha), score(source, target).
     """
 
     def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
-                 max_beam_size=DEFAULT_MAX_BEAM_SIZE, name="translator"):
+                 max_beam_size=DEFAULT_MAX_BEAM_SIZE, precision=None, name="translator"):
         super().__init__(name=name)
+        if precision is not None:
+            model = model_in_precision(model, check_precision(precision))
+            warn_if_slow_here(precision)
         self.decode_config = decode_config or DecodeConfig()
         positions = model.config.max_length
         if max_source_length is None:
@@ -175,7 +190,7 @@ class Translator(tf.Module):
         return {"max_source_length": self.max_source_length, "max_beam_size": self.max_beam_size,
                 "max_output_length": f"source tokens with EOS + {self.decode_config.extra_length}, "
                                      f"at most {self.model.config.max_length}",
-                "signatures": list(SIGNATURE_NAMES)}
+                "precision": self.model.dtype_policy.name, "signatures": list(SIGNATURE_NAMES)}
 
     # In-graph pieces. The SentencePiece op is built in each calling graph (see SubwordTokenizer).
     # Strings and SentencePiece have CPU kernels only: they are placed on the host explicitly, so that
@@ -220,9 +235,13 @@ class Translator(tf.Module):
         return texts, tf.where(empty, 0.0, scores)
 
     def _alpha(self, alpha):
+        """alpha, after an assertion that it is finite and >= 0 (InvalidArgumentError otherwise)."""
         alpha = tf.cast(alpha, tf.float32)
         usable = tf.math.is_finite(alpha) & (alpha >= 0.0)
-        return tf.where(usable, alpha, self.decode_config.alpha)
+        check = tf.debugging.Assert(usable, ["translate_nbest: alpha must be a finite number >= 0 (0 ranks by "
+                                             "log-probability; the paper's is 0.6), got", alpha])
+        with tf.control_dependencies([check]):
+            return tf.identity(alpha)
 
     # Signatures.
 

@@ -2,12 +2,14 @@
 
     python -m pipelines.export --workdir runs/wmt14 [--checkpoint runs/wmt14/checkpoints/ckpt-20]
         [--weights runs/wmt14/averaged.weights.h5] [--export-dir exported/wmt14] [--version N]
-        [--max-source-length 256] [--max-beam-size 8]
+        [--max-source-length 256] [--max-beam-size 8] [--precision float32|bfloat16|float16]
 
 Restores the run's model (its averaged.weights.h5 if it has one, else its latest checkpoint, unless
 --checkpoint or --weights says otherwise), wraps it with its SentencePiece model and decoding settings
 in a keras_transformer.export.Translator and writes --export-dir/<version> (default: the next
-number) atomically. Prints the path of the new version.
+number) atomically. Prints the path of the new version. --precision bfloat16 (CPUs with AVX512_BF16
+or AMX) or float16 (GPUs) stores the weights and runs the matrix products in that dtype, see
+keras_transformer.precision; float32 is the default.
 """
 import argparse
 import dataclasses
@@ -15,6 +17,7 @@ import logging
 import pathlib
 
 from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, Translator, export_translator, load_model_from_workdir
+from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
 
 
 def parse_args(argv=None):
@@ -36,6 +39,9 @@ def parse_args(argv=None):
                         help="decode each batch in this many sentence groups side by side (DecodeConfig."
                              "parallel_groups; default: the run's decode config); for a server run with "
                              "one intra-op thread per group")
+    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                        help="dtype of the exported weights and matrix products: bfloat16 for CPUs with "
+                             "AVX512_BF16 or AMX, float16 for GPUs (log-softmax and scores stay float32)")
     return parser, parser.parse_args(argv)
 
 
@@ -50,7 +56,8 @@ def main(argv=None):
         if args.parallel_groups is not None:
             decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
         translator = Translator(model, sentencepiece_proto, decode_config,
-                                max_source_length=args.max_source_length, max_beam_size=args.max_beam_size)
+                                max_source_length=args.max_source_length, max_beam_size=args.max_beam_size,
+                                precision=args.precision)
         path = export_translator(translator, export_dir, version=args.version)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

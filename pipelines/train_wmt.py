@@ -14,6 +14,7 @@ import re
 import sys
 
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
 from keras_transformer.training.run_config import (MIXED_PRECISION_MODES, RunConfigs, apply_overrides,
                                                    preset_configs)
 
@@ -67,6 +68,9 @@ def parse_args(argv=None):
                         help="SavedModel base directory (default exported/<run name>)")
     export.add_argument("--no-export", action="store_true",
                         help="train, average and score on the test set, but write no SavedModel")
+    parser.add_argument("--export-precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                        help="dtype of the SavedModel's weights and matrix products (as pipelines.export "
+                             "--precision): bfloat16 for CPUs with AVX512_BF16 or AMX, float16 for GPUs")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the run's configs (after flags and overrides) and the workdir, and exit")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
@@ -110,7 +114,7 @@ def main(argv=None):
     strategy = select_strategy(args.devices.split(",") if args.devices else None)
     try:
         result = train_and_evaluate(workdir, configs, strategy=strategy, export_dir=export_dir,
-                                    verbose=args.verbose)
+                                    export_precision=args.export_precision, verbose=args.verbose)
     except TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1

@@ -1,6 +1,7 @@
 """The Translator SavedModel on a tiny model trained on `numbers`: restoring a run, decoding equal to
 reference decoders, the exported signatures equal to in-Python decoding, bad input, atomic export,
-warm-up records, and what a server sees (a fresh process, saved_model_cli, the op types)."""
+warm-up records, the bfloat16 and float16 exports of the same weights, and what a server sees (a
+fresh process, saved_model_cli, the op types and their CPU kernels)."""
 import json
 import os
 import pathlib
@@ -14,8 +15,9 @@ import tensorflow as tf
 
 from keras_transformer import BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig
 from keras_transformer import export
-from keras_transformer.data import SubwordTokenizer
+from keras_transformer.data import NumbersCorpus, SubwordTokenizer
 from keras_transformer.decoding import beam_search, greedy_decode, length_penalty
+from pipelines import export as export_pipeline
 from tests.trained_tiny import DECODE_CONFIG, REFERENCE_WEIGHTS, SENTENCES, tiny_saved_model, tiny_workdir  # noqa: F401
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
@@ -45,6 +47,28 @@ def trained(tiny_workdir):
 @pytest.fixture(scope="module")
 def loaded(tiny_saved_model):
     return tf.saved_model.load(str(tiny_saved_model))
+
+
+@pytest.fixture(scope="module")
+def bfloat16_saved_model(tiny_workdir, tmp_path_factory):
+    """The trained weights of tiny_saved_model, exported by `python -m pipelines.export --precision
+    bfloat16` (in this process)."""
+    export_dir = tmp_path_factory.mktemp("bfloat16") / "tiny"
+    return export_pipeline.main(["--workdir", str(tiny_workdir), "--export-dir", str(export_dir),
+                                 "--precision", "bfloat16"])
+
+
+@pytest.fixture(scope="module")
+def float16_saved_model(trained, tmp_path_factory):
+    """The same weights in float16 (translate_nbest up to beam 2 only, to export faster)."""
+    model, tokenizer, decode_config = trained
+    translator = export.Translator(model, tokenizer.model_proto, decode_config, max_beam_size=2, precision="float16")
+    return export.export_translator(translator, tmp_path_factory.mktemp("float16") / "tiny", version=1)
+
+
+@pytest.fixture(scope="module")
+def loaded_bfloat16(bfloat16_saved_model):
+    return tf.saved_model.load(str(bfloat16_saved_model))
 
 
 def source_ids_of(tokenizer, sentences):
@@ -236,7 +260,7 @@ def test_empty_batch(loaded):
     assert loaded.signatures["score"](source=empty, target=empty)["scores"].shape == (0,)
 
 
-def test_nbest_beam_size_is_clamped_and_bad_alpha_is_the_configs(loaded):
+def test_nbest_beam_size_is_clamped_and_a_bad_alpha_is_refused(loaded):
     def nbest(beam_size, alpha):
         result = loaded.signatures["translate_nbest"](inputs=tf.constant(SENTENCES[:2]),
                                                       beam_size=tf.constant(beam_size), alpha=tf.constant(alpha))
@@ -248,10 +272,12 @@ def test_nbest_beam_size_is_clamped_and_bad_alpha_is_the_configs(loaded):
         translations, scores = nbest(beam_size, 0.6)
         assert translations.shape == (2, beam_size)
         assert np.all(np.diff(scores, axis=1) <= 0)  # best first
-    expected = nbest(3, DECODE_CONFIG.alpha)
-    for alpha in (-1.0, float("nan"), float("inf")):
-        np.testing.assert_array_equal(nbest(3, alpha)[0], expected[0])
-        np.testing.assert_allclose(nbest(3, alpha)[1], expected[1])
+    for alpha in (-1.0, -1e-3, float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must be a finite number >= 0"):
+            nbest(3, alpha)
+    by_log_probability, with_penalty = nbest(3, 0.0), nbest(3, 2.0)  # both ends of the sensible range
+    assert np.all(np.isfinite(by_log_probability[1])) and np.all(np.isfinite(with_penalty[1]))
+    assert not np.allclose(by_log_probability[1], with_penalty[1])
 
 
 # The export itself.
@@ -326,6 +352,65 @@ def test_warmup_requests_are_prediction_logs_the_model_answers(tiny_saved_model,
     assert sorted(set(signatures)) == sorted(export.SIGNATURE_NAMES)
 
 
+# Reduced precision: the same trained weights exported in bfloat16 and float16.
+
+PRECISION_EXPORTS = {"float32": "tiny_saved_model", "bfloat16": "bfloat16_saved_model",
+                     "float16": "float16_saved_model"}
+# Each format's machine epsilon; a log-probability may be off by a few of them per token.
+EPSILON = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+
+
+def saved_weights(path):
+    """{variable name: dtype} of a SavedModel's float weights, and the size of variables/ in bytes."""
+    reader = tf.train.load_checkpoint(str(path / "variables" / "variables"))
+    dtypes = {name: dtype for name, dtype in reader.get_variable_to_dtype_map().items()
+              if dtype.is_floating}
+    return dtypes, sum(file.stat().st_size for file in (path / "variables").iterdir())
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_a_reduced_precision_export_stores_its_weights_in_that_dtype_at_half_the_size(request, precision,
+                                                                                      tiny_saved_model):
+    path = request.getfixturevalue(PRECISION_EXPORTS[precision])
+    float32_weights, float32_size = saved_weights(tiny_saved_model)
+    weights, size = saved_weights(path)
+    assert set(float32_weights.values()) == {tf.float32}
+    assert len(weights) == len(float32_weights) > 60  # every weight of the tiny model
+    assert set(weights.values()) == {tf.as_dtype(precision)}
+    assert 0.45 < size / float32_size < 0.55, (size, float32_size)
+    settings = json.loads((path / "assets" / export.TRANSLATOR_CONFIG_FILENAME).read_text())
+    assert settings["precision"] == precision
+    assert json.loads((tiny_saved_model / "assets" / export.TRANSLATOR_CONFIG_FILENAME).read_text())[
+        "precision"] == "float32"
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_a_reduced_precision_export_translates_as_the_float32_one(request, precision, loaded):
+    """On 100 sentences the tiny model has not seen (20 in float16, which CPUs emulate slowly): the
+    same translations for nearly all, scores (float32 whatever the precision) within a few epsilons
+    of the precision per token."""
+    reduced = tf.saved_model.load(str(request.getfixturevalue(PRECISION_EXPORTS[precision])))
+    count = 100 if precision == "bfloat16" else 20
+    sources = tf.constant([source for source, _ in NumbersCorpus(100, 1, count, seed=11).pairs("test")])
+    expected = loaded.signatures["serving_default"](inputs=sources)
+    served = reduced.signatures["serving_default"](inputs=sources)
+    assert served["scores"].dtype == tf.float32
+    same = served["translations"].numpy() == expected["translations"].numpy()
+    differing = zip(served["translations"].numpy()[~same], expected["translations"].numpy()[~same])
+    assert same.mean() >= 0.95, list(differing)
+    # Both score the float32 translations: the score signature in float32 against the reduced one.
+    scored = reduced.signatures["score"](source=sources, target=expected["translations"])
+    scored_expected = loaded.signatures["score"](source=sources, target=expected["translations"])
+    assert scored["scores"].dtype == tf.float32
+    np.testing.assert_array_equal(scored["lengths"], scored_expected["lengths"])
+    tolerance = 8 * EPSILON[precision] * scored["lengths"].numpy()  # (B,), the tokens scored
+    np.testing.assert_array_less(np.abs(scored["scores"] - scored_expected["scores"]), tolerance)
+    # Beam scores: log-probability / lp(length) with lp >= 1, where the translations agree.
+    beam_error = np.abs(served["scores"].numpy() - expected["scores"].numpy())[same]
+    np.testing.assert_array_less(beam_error, tolerance[same])
+    assert np.any(beam_error > 0)  # it did compute in the reduced precision
+
+
 # What a model server sees.
 
 def run_python(code, *args, timeout=300):
@@ -359,6 +444,48 @@ def test_a_fresh_process_with_only_tensorflow_and_tensorflow_text_translates(tin
     assert result["translations"][0] == "einundzwanzig"
 
 
+# Every signature on the bad inputs, and translate_nbest with a refused alpha, as a server would run
+# them, for each SavedModel given (one process: TensorFlow starts once).
+FRESH_PROCESS_BAD_INPUTS = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+inputs = tf.constant([text.encode("latin-1") for text in json.loads(sys.argv[1])])
+for path in sys.argv[2:]:
+    loaded = tf.saved_model.load(path)
+    served = loaded.signatures["serving_default"](inputs=inputs)
+    nbest = loaded.signatures["translate_nbest"](inputs=inputs, beam_size=tf.constant(2), alpha=tf.constant(0.6))
+    scored = loaded.signatures["score"](source=inputs, target=inputs)
+    try:
+        loaded.signatures["translate_nbest"](inputs=inputs, beam_size=tf.constant(2), alpha=tf.constant(-1.0))
+        refused = ""
+    except tf.errors.InvalidArgumentError as error:
+        refused = error.message
+    print(json.dumps({"translations": [t.decode() for t in served["translations"].numpy()],
+                      "scores": served["scores"].numpy().tolist(),
+                      "nbest": [[t.decode() for t in row] for row in nbest["translations"].numpy()],
+                      "scored": scored["scores"].numpy().tolist(),
+                      "dtypes": [t.dtype.name for t in (served["scores"], nbest["scores"], scored["scores"])],
+                      "refused": refused, "ours": sorted(m for m in sys.modules if m.startswith("keras_transformer"))}))
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_process_answers_every_bad_input_in_reduced_precision(bfloat16_saved_model, float16_saved_model):
+    latin1 = json.dumps([text.decode("latin-1") for text in BAD_INPUTS])  # any bytes through JSON
+    lines = run_python(FRESH_PROCESS_BAD_INPUTS, latin1, bfloat16_saved_model, float16_saved_model).splitlines()
+    for precision, line in zip(["bfloat16", "float16"], lines[-2:], strict=True):
+        result = json.loads(line)
+        assert result["ours"] == [], precision
+        assert len(result["translations"]) == len(result["scored"]) == len(BAD_INPUTS)
+        assert [len(row) for row in result["nbest"]] == [2] * len(BAD_INPUTS)
+        assert result["translations"][:2] == ["", ""] and result["scores"][:2] == [0.0, 0.0]
+        assert result["translations"][-1] == "einundzwanzig", precision
+        assert np.all(np.isfinite(result["scores"])) and np.all(np.isfinite(result["scored"]))
+        assert result["dtypes"] == ["float32"] * 3
+        assert "alpha must be a finite number >= 0" in result["refused"]
+
+
 @pytest.mark.slow
 def test_saved_model_cli_lists_the_three_signatures_with_string_inputs(tiny_saved_model):
     process = subprocess.run(["saved_model_cli", "show", "--dir", str(tiny_saved_model), "--all"],
@@ -374,27 +501,78 @@ def test_saved_model_cli_lists_the_three_signatures_with_string_inputs(tiny_save
 
 # Every op type of every graph and function in saved_model.pb, and whether core TensorFlow registers
 # it, asked in a process that imports tensorflow but not tensorflow_text (importing tensorflow_text
-# registers its ops, so only a process without it tells core ops from TF Text ones).
+# registers its ops, so only a process without it tells core ops from TF Text ones). For each node of
+# a core op, whether TensorFlow's kernel registry has a CPU kernel (or a device-independent one) whose
+# type constraints admit the node's type attributes (attributes left out take the op's defaults):
+# the nodes without one, as "op(attr=type, ...)", and the float types used.
 LIST_OPS = """
-import json, sys
+import functools, json, sys
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, node_def_pb2, types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
-from tensorflow.python.framework import op_def_registry
-saved_model = saved_model_pb2.SavedModel.FromString(open(sys.argv[1] + "/saved_model.pb", "rb").read())
-ops = set()
-for meta_graph in saved_model.meta_graphs:
-    ops |= {node.op for node in meta_graph.graph_def.node}
-    for function in meta_graph.graph_def.library.function:
-        ops |= {node.op for node in function.node_def}
+from tensorflow.python.framework import kernels, op_def_registry
+
+
+def type_attributes(node):
+    op_def = op_def_registry.get(node.op)
+    values = {attr.name: attr.default_value for attr in op_def.attr if attr.HasField("default_value")}
+    values.update(node.attr)
+    types = {name: [value.type] for name, value in values.items() if value.HasField("type")}
+    types.update({name: list(value.list.type) for name, value in values.items()
+                  if value.HasField("list") and value.list.type})
+    return types
+
+
+@functools.cache
+def cpu_kernels(op):
+    return [kernel for kernel in kernels.get_registered_kernels_for_op(op).kernel
+            if kernel.device_type in ("CPU", "DEFAULT")]
+
+
+def has_cpu_kernel(node):
+    types = type_attributes(node)
+    return any(all(set(types.get(c.name, [])) <= set(c.allowed_values.list.type) for c in kernel.constraint)
+               for kernel in cpu_kernels(node.op))
+
+
+def describe(node):
+    return node.op + "(" + ", ".join(f"{name}={'/'.join(types_pb2.DataType.Name(t) for t in values)}"
+                                     for name, values in sorted(type_attributes(node).items())) + ")"
+
+
+# The check can fail: MatMul has no kernel for strings.
+string = attr_value_pb2.AttrValue(type=types_pb2.DT_STRING)
+assert not has_cpu_kernel(node_def_pb2.NodeDef(op="MatMul", attr={"T": string}))
+for path in sys.argv[1:]:
+    saved_model = saved_model_pb2.SavedModel.FromString(open(path + "/saved_model.pb", "rb").read())
+    nodes = []
+    for meta_graph in saved_model.meta_graphs:
+        nodes += meta_graph.graph_def.node
+        for function in meta_graph.graph_def.library.function:
+            nodes += function.node_def
+    core = [node for node in nodes if op_def_registry.get(node.op) is not None]
+    float_types = {types_pb2.DataType.Name(t) for node in core for values in type_attributes(node).values()
+                   for t in values if tf.as_dtype(t).is_floating}
+    print(json.dumps({"registered": {node.op: op_def_registry.get(node.op) is not None for node in nodes},
+                      "without_cpu_kernel": sorted({describe(node) for node in core if not has_cpu_kernel(node)}),
+                      "float_types": sorted(float_types)}))
 assert "tensorflow_text" not in sys.modules
-print(json.dumps({op: op_def_registry.get(op) is not None for op in sorted(ops)}))
 """
+# What each precision's graph computes in: float32 for the log-softmax and scores (and everything in
+# float32), the precision's own type for the weights and products.
+FLOAT_TYPES = {"float32": {"DT_FLOAT"}, "bfloat16": {"DT_FLOAT", "DT_BFLOAT16"}, "float16": {"DT_FLOAT", "DT_HALF"}}
 
 
 @pytest.mark.slow
-def test_exported_graph_uses_only_core_tensorflow_and_sentencepiece_ops(tiny_saved_model):
-    registered = json.loads(run_python(LIST_OPS, tiny_saved_model).splitlines()[-1])
-    outside_core = {op for op, in_core in registered.items() if not in_core}
-    assert outside_core == SENTENCEPIECE_OPS, f"ops outside core TensorFlow: {sorted(outside_core)}"
-    assert not set(registered) & PYTHON_OPS
-    assert {"While", "TopKV2", "Case"} <= set(registered)  # the decoders are in the graph
+def test_exported_graph_uses_only_core_tensorflow_and_sentencepiece_ops_with_cpu_kernels(
+        tiny_saved_model, bfloat16_saved_model, float16_saved_model):
+    lines = run_python(LIST_OPS, tiny_saved_model, bfloat16_saved_model, float16_saved_model).splitlines()
+    for precision, line in zip(["float32", "bfloat16", "float16"], lines[-3:], strict=True):
+        result = json.loads(line)
+        registered = result["registered"]
+        outside_core = {op for op, in_core in registered.items() if not in_core}
+        assert outside_core == SENTENCEPIECE_OPS, f"{precision}: ops outside core TensorFlow: {sorted(outside_core)}"
+        assert not set(registered) & PYTHON_OPS
+        assert {"While", "TopKV2", "Case"} <= set(registered)  # the decoders are in the graph
+        assert result["without_cpu_kernel"] == [], f"{precision}: nodes without a CPU kernel for their types"
+        assert set(result["float_types"]) == FLOAT_TYPES[precision]

@@ -8,6 +8,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.config import TrainConfig
 from keras_transformer.decoding import beam_search
+from keras_transformer.precision import model_in_precision
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
 TARGET = np.array([[2, 11, 12, 13, 14, 15], [2, 16, 17, 18, 0, 0]], np.int32)
@@ -186,13 +187,14 @@ def test_beam_search_on_the_shared_cache_equals_reordering_prefixes(beam_size):
     np.testing.assert_allclose(cached["scores"], full["scores"], rtol=1e-5)
 
 
-@pytest.mark.parametrize("beam_size,batch,parallel_groups,dynamic", [
-    (1, 5, 2, False), (3, 5, 2, False), (3, 5, 2, True), (3, 4, 3, True), (2, 1, 2, False)])
-def test_parallel_groups_decode_as_one_group(beam_size, batch, parallel_groups, dynamic):
+@pytest.mark.parametrize("beam_size,batch,parallel_groups,dynamic,precision", [
+    (1, 5, 2, False, "float32"), (3, 5, 2, False, "float32"), (3, 5, 2, True, "float32"),
+    (3, 4, 3, True, "float32"), (2, 1, 2, False, "float32"), (3, 5, 2, True, "bfloat16")])
+def test_parallel_groups_decode_as_one_group(beam_size, batch, parallel_groups, dynamic, precision):
     """Sentences in groups decoded side by side (uneven groups, an empty one when there are more
     groups than sentences), logits in vocabulary blocks: the same translations and scores, with
-    the batch size known when traced or not (a serving signature)."""
-    model = _tiny()
+    the batch size known when traced or not (a serving signature), in float32 or bfloat16."""
+    model = model_in_precision(_tiny(), precision)
     rng = np.random.default_rng(batch)
     source = np.zeros((batch, 7), np.int32)
     for row, size in enumerate(rng.integers(1, 7, size=batch)):

@@ -11,6 +11,7 @@ Each shell command of the README's ```bash blocks is one of:
     (benchmarks are run with their shortest settings and only on what they print, never timed).
 A command of any other kind fails the test until it is given a way to run.
 """
+import json
 import os
 import pathlib
 import re
@@ -97,4 +98,8 @@ def test_readme_pipeline_command_runs(index, readme_directory):
     if "--dry-run" in argv:
         assert '"train_steps": 100000' in result.stdout and '"d_model": 512' in result.stdout
     if "pipelines.export" in command:
-        assert result.stdout.strip().endswith("/2")  # the next version beside the first command's
+        version = readme_directory / result.stdout.strip()  # exported/<name>/<version>
+        assert version.is_dir() and int(version.name) >= 2  # beside the first command's version 1
+        precision = re.search(r"--precision (\S+)", command)
+        settings = json.loads((version / "assets" / "translator.json").read_text())
+        assert settings["precision"] == (precision.group(1) if precision else "float32")

@@ -168,32 +168,40 @@ def load_averaged_model(configs: RunConfigs, weights_path) -> Transformer:
     return model
 
 
-def export_saved_model(translator: Translator, workdir, export_dir, step) -> pathlib.Path:
-    """The SavedModel of `translator` (the averaged weights) as the next version in export_dir.
+def export_saved_model(translator: Translator, workdir, export_dir, step, precision="float32") -> pathlib.Path:
+    """The SavedModel of `translator` (the averaged weights) as the next version in export_dir, in
+    `precision` (float32, bfloat16 or float16, see keras_transformer.precision).
 
-    workdir/exported.json records which step was exported where: running a finished job again
-    reuses that version instead of exporting the same weights as a new one.
+    workdir/exported.json records which step was exported where, in which precision: running a
+    finished job again reuses that version instead of exporting the same weights as a new one.
     """
     record_path = pathlib.Path(workdir) / EXPORT_RECORD
     if record_path.exists():
         record = json.loads(record_path.read_text())
-        if record.get("step") == step and pathlib.Path(record.get("path", "")).is_dir():
+        if (record.get("step") == step and record.get("precision", "float32") == precision
+                and pathlib.Path(record.get("path", "")).is_dir()):
             logger.info("step %d is exported already: %s", step, record["path"])
             return pathlib.Path(record["path"])
+    if precision != translator.model.dtype_policy.name:
+        translator = Translator(translator.model, translator.sentencepiece_proto, translator.decode_config,
+                                max_source_length=translator.max_source_length,
+                                max_beam_size=translator.max_beam_size, precision=precision)
     path = export_translator(translator, export_dir)
     temporary = record_path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"step": step, "path": str(path)}, indent=2) + "\n")
+    temporary.write_text(json.dumps({"step": step, "path": str(path), "precision": precision}, indent=2) + "\n")
     temporary.replace(record_path)
     return path
 
 
 def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.distribute.Strategy] = None,
-                       export_dir=None, verbose=1) -> RunResult:
+                       export_dir=None, export_precision="float32", verbose=1) -> RunResult:
     """Runs (or resumes) the whole job described by `configs` in `workdir`; see the module docstring.
 
     configs.data.tokens_per_batch is replaced by the micro-batch budget derived from
     configs.train.tokens_per_batch, the number of replicas and accumulate_steps; configs.model's
     vocab_size by the trained vocabulary's size.
+
+    The export (when export_dir is given) is in export_precision: float32, bfloat16 or float16.
 
     Raises TrainingDiverged (NaN loss) and TrainingInterrupted (SIGTERM, after saving).
     """
@@ -226,5 +234,6 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     translator = BeamSearchTranslator(averaged, tokenizer, configs.decode)  # evaluated, then exported
     result.scores = evaluate_test_set(translator, corpus, workdir)
     if export_dir is not None:
-        result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step)
+        result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step,
+                                                precision=export_precision)
     return result

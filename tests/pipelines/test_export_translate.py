@@ -3,6 +3,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -105,3 +106,12 @@ def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
             main(argv)
         assert exit_info.value.code == 2
         assert named in capsys.readouterr().err
+
+
+def test_an_unknown_precision_is_refused_listing_the_valid_ones(tiny_workdir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        export_pipeline.main(["--workdir", str(tiny_workdir), "--export-dir", str(tmp_path), "--precision", "int8"])
+    assert exit_info.value.code == 2
+    assert re.search(r"invalid choice: 'int8' \(choose from '?float32'?, '?bfloat16'?, '?float16'?\)",
+                     capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
