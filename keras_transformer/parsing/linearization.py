@@ -75,6 +75,7 @@ class Repairs:
     unclosed: int = 0  # "(" never closed: closed at the end
     empty_constituents: int = 0  # "(X )" with no words: dropped
     extra_roots: int = 0  # several top-level constituents: put under one root
+    other_words: bool = False  # a tree, but over other words than the sentence's (parsing.task)
     empty: bool = False  # nothing usable at all
 
     def __bool__(self):

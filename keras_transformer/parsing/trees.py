@@ -14,8 +14,6 @@ from typing import Iterator, Optional
 
 ROOT_LABELS = ("", "ROOT", "TOP")
 EMPTY_ELEMENT_TAG = "-NONE-"
-# Words that would break the bracket format are written as the PTB writes them.
-WORD_ESCAPES = {"(": "-LRB-", ")": "-RRB-"}
 
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 
@@ -53,12 +51,17 @@ class Tree:
     def to_string(self) -> str:
         """One line of PTB brackets: "(S (NP (PRP I)) (VP (VBD saw)))"."""
         if self.is_preterminal:
-            return f"({self.label} {WORD_ESCAPES.get(self.word, self.word)})"
+            return f"({self.label} {escape_word(self.word)})"
         inner = " ".join(child.to_string() for child in self.children)
         return f"({self.label} {inner})" if self.label else f"( {inner})"
 
     def __str__(self):
         return self.to_string()
+
+
+def escape_word(word: str) -> str:
+    """Brackets in a word as the PTB writes them (they would break the bracket format)."""
+    return word.replace("(", "-LRB-").replace(")", "-RRB-")
 
 
 def tokenize_brackets(text: str) -> list[str]:
