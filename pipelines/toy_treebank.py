@@ -1,4 +1,4 @@
-"""Write a small generated treebank (train.mrg, dev.mrg, test.mrg) for an offline parsing run.
+"""Write a small generated treebank (train.mrg, dev.mrg, test.mrg, and sentences.txt to parse) for an offline parsing run.
 
     python -m pipelines.toy_treebank --output data/toy-treebank
 """
@@ -14,7 +14,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for split, path in write_toy_treebank(args.output, seed=args.seed).items():
-        print(f"{split}: {path} ({SPLIT_SIZES[split]} trees)")
+        print(f"{split}: {path} ({SPLIT_SIZES.get(split, SPLIT_SIZES['test'])} {'trees' if split in SPLIT_SIZES else 'sentences'})")
 
 
 if __name__ == "__main__":

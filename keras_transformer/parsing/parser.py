@@ -190,7 +190,7 @@ class Parser(Translator):
         word_counts = tf.cast(words.row_lengths(), tf.int32)
         check = tf.debugging.assert_less_equal(
             word_counts, self.max_words,
-            message=f"a sentence has more words than this parser's limit of {self.max_words}")
+            message=f"a sentence has more words than this parser takes: at most {self.max_words}")
         with tf.control_dependencies([check]):
             source_ids, is_empty = self._source_ids(inputs)
         ids, scores = self._decode(source_ids, is_empty, self.decode_config.beam_size, self.decode_config.alpha,

@@ -11,6 +11,8 @@ subordinate clauses, commas and a final period.
 import pathlib
 import random
 
+from keras_transformer.parsing.treebank import read_treebank
+
 LEXICON = {
     "DT": ["the", "a", "every", "this"], "JJ": ["small", "red", "old", "quiet", "clever"],
     "NN": ["dog", "cat", "house", "garden", "teacher", "river", "book"],
@@ -77,7 +79,9 @@ def toy_tree(rng: random.Random) -> str:
 
 
 def write_toy_treebank(directory, seed: int = 0, sizes=None) -> dict:
-    """Writes train.mrg, dev.mrg and test.mrg (one tree per line) into directory; returns their paths."""
+    """Writes train.mrg, dev.mrg and test.mrg (one tree per line) into directory, and sentences.txt
+    (the test trees' words, one sentence per line, to parse); returns their paths by split name
+    ("sentences" for the last)."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -85,4 +89,7 @@ def write_toy_treebank(directory, seed: int = 0, sizes=None) -> dict:
     for split, size in (sizes or SPLIT_SIZES).items():
         paths[split] = directory / f"{split}.mrg"
         paths[split].write_text("".join(toy_tree(rng) + "\n" for _ in range(size)))
+    if "test" in paths:
+        paths["sentences"] = directory / "sentences.txt"
+        paths["sentences"].write_text("".join(" ".join(tree.words()) + "\n" for tree in read_treebank(paths["test"])))
     return paths

@@ -69,3 +69,43 @@ def test_sequences_to_trees_gives_each_tag_its_word():
     assert [tree.decode() for tree in sequences_to_trees(sequences, words).numpy()] == [
         "(S (NP (DT the) (NN dog)) (VP (VBD barked)) (. .))", "(NN Hi)", "",
         "(NP (-LRB- -LRB-) (NN a:-RRB-) (-RRB- -RRB-))"]
+
+
+@pytest.fixture(scope="module")
+def untrained_parser(tmp_path_factory):
+    """A Parser over an untrained tiny model (64 positions) and a vocabulary of the toy treebank."""
+    from keras_transformer.config import DecodeConfig, TransformerConfig
+    from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
+    from keras_transformer.model import Transformer
+    from keras_transformer.parsing.corpus import TreebankCorpus
+    from keras_transformer.parsing.parser import Parser
+    from keras_transformer.parsing.toy_treebank import write_toy_treebank
+
+    paths = write_toy_treebank(tmp_path_factory.mktemp("toy"), sizes={"train": 200})
+    corpus = TreebankCorpus({"train": paths["train"]})
+    proto = train_sentencepiece(corpus.training_sentences(), TokenizerSettings(
+        vocab_size=400, user_defined_symbols=corpus.user_defined_symbols()))
+    import sentencepiece
+    vocab_size = sentencepiece.SentencePieceProcessor(model_proto=proto).get_piece_size()
+    model = Transformer(TransformerConfig(vocab_size=vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                                          max_length=64))
+    model.build()
+    return Parser(model, proto, DecodeConfig(beam_size=3, alpha=0.3, extra_length=40))
+
+
+def test_an_untrained_parser_answers_trees_over_the_words(untrained_parser):
+    sentences = ["the dog saw a cat .", "", "Anna ( laughed ) today", "hello", "  spaced   out  words "]
+    outputs = untrained_parser.parse(tf.constant(sentences))
+    trees = [tree.decode() for tree in outputs["trees"].numpy()]
+    assert trees[1] == "" and outputs["scores"].numpy()[1] == 0.0
+    from keras_transformer.parsing import parse_tree
+    for sentence, tree in zip(sentences, trees):
+        if sentence.strip():
+            expected = sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
+            assert parse_tree(tree).words() == expected, tree
+
+
+def test_a_sentence_over_the_word_limit_is_a_clear_error(untrained_parser):
+    assert untrained_parser.max_words == 61
+    with pytest.raises(tf.errors.InvalidArgumentError, match="more words than this parser takes: at most 61"):
+        untrained_parser.parse(tf.constant([" ".join(["dog"] * 62)]))

@@ -12,6 +12,7 @@ import pytest
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from pipelines import train_parser
+from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 SENTENCES = ["the dog saw a cat .", "", "Anna laughed ( quietly ) .", "hello"]
@@ -48,6 +49,10 @@ def test_train_parser_then_parse(toy_treebank, tmp_path):
     assert scores["sentences"] == 12 and scores["repaired"] == 0
     assert (workdir / "tensorboard" / "validation").is_dir()
     assert json.loads((workdir / "decode_config.json").read_text())["extra_length"] == 300
+    # TF Serving's binary links TF Text 2.20's kernels: only core ops and the SentencePiece ones.
+    registered = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
+    assert {op for op, in_core in registered.items() if not in_core} == SENTENCEPIECE_OPS
+    assert not set(registered) & PYTHON_OPS and "While" in registered
 
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("".join(line + "\n" for line in SENTENCES))
