@@ -1,4 +1,4 @@
-"""Write a small generated treebank (train.mrg, dev.mrg, test.mrg, and sentences.txt to parse) for an offline parsing run.
+"""Write a generated treebank (train.mrg, dev.mrg, test.mrg; sentences.txt to parse) for an offline run.
 
     python -m pipelines.toy_treebank --output data/toy-treebank
 """
@@ -14,7 +14,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for split, path in write_toy_treebank(args.output, seed=args.seed).items():
-        print(f"{split}: {path} ({SPLIT_SIZES.get(split, SPLIT_SIZES['test'])} {'trees' if split in SPLIT_SIZES else 'sentences'})")
+        what = f"{SPLIT_SIZES[split]} trees" if split in SPLIT_SIZES else "the test sentences"
+        print(f"{split}: {path} ({what})")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
 from pipelines.train_wmt import add_job_flags, flag_assignments, run_job
 from keras_transformer.parsing.configs import PARSING_PRESETS, parsing_configs
-from keras_transformer.training.run_config import apply_overrides
+from keras_transformer.training.run_config import RunConfigs, apply_overrides
 
 
 def parse_args(argv=None):
@@ -43,7 +43,7 @@ def dev_scores(result, configs):
     from keras_transformer.training.evaluation import BeamSearchTranslator
     from keras_transformer.training.run import load_averaged_model
 
-    configs = configs.read(result.workdir)
+    configs = RunConfigs.read(result.workdir)
     corpus = PARSING.corpus(configs.data)
     pairs = list(corpus.pairs("validation"))
     parser = BeamSearchTranslator(load_averaged_model(configs, result.averaged_weights),

@@ -99,7 +99,8 @@ def train_sentencepiece(sentences: Iterable[str], settings: TokenizerSettings) -
         pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
         normalization_rule_name="identity", remove_extra_whitespaces=False,
         byte_fallback=settings.byte_fallback, character_coverage=settings.character_coverage,
-        user_defined_symbols=list(settings.user_defined_symbols), input_sentence_size=0, num_threads=os.cpu_count() or 1, minloglevel=2)
+        user_defined_symbols=list(settings.user_defined_symbols), input_sentence_size=0,
+        num_threads=os.cpu_count() or 1, minloglevel=2)
     return model.getvalue()
 
 

@@ -98,8 +98,8 @@ class EvalbResult:
         lines = []
         for name, counts in (("All", self.all), (f"len<={CUTOFF_LENGTH}", self.len40)):
             values = counts.summary()
-            lines.append(f"-- {name} -- " + ", ".join(
-                f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}" for key, value in values.items()))
+            lines.append(f"-- {name} -- " + ", ".join(f"{key} {value:.2f}" if isinstance(value, float)
+                                                      else f"{key} {value}" for key, value in values.items()))
         return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from keras_transformer.config import EOS_ID
+from keras_transformer.config import EOS_ID, DecodeConfig
 from keras_transformer.decoding.beam_search import gather_rows
 from keras_transformer.export import Translator, _valid_utf8
 
@@ -155,9 +155,9 @@ class Parser(Translator):
 
     def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
                  max_beam_size=1, name="parser"):
-        decode_extra = decode_config.extra_length if decode_config is not None else 50
+        extra_length = (decode_config or DecodeConfig()).extra_length
         if max_source_length is None:
-            max_source_length = max(2, model.config.max_length - decode_extra)
+            max_source_length = max(2, model.config.max_length - extra_length)
         super().__init__(model, sentencepiece_proto, decode_config, max_source_length=max_source_length,
                          max_beam_size=max_beam_size, name=name)
         self.piece_classes = piece_classes(self.sentencepiece_proto, model.config.vocab_size)
@@ -181,7 +181,8 @@ class Parser(Translator):
 
     def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
         step_fn, cache = super()._decoding_step(source_ids, beam_size, max_length, max_lengths, context)
-        constraint = TreeConstraint(self.piece_classes, tf.repeat(context, beam_size), tf.repeat(max_lengths, beam_size))
+        constraint = TreeConstraint(self.piece_classes, tf.repeat(context, beam_size),
+                                    tf.repeat(max_lengths, beam_size))
         return constrained_step_fn(step_fn, cache, constraint)
 
     def _parse(self, inputs):

@@ -72,7 +72,8 @@ class ParseScores:
         return (f"{name}: EVALB (COLLINS.prm) F1 {self.f1:.2f} (recall {self.recall:.2f}, precision "
                 f"{self.precision:.2f}; len<={CUTOFF_LENGTH} F1 {self.f1_len40:.2f}), complete match "
                 f"{self.complete_match:.2f}, tagging accuracy {self.tagging_accuracy:.2f}; {self.sentences} sentences, "
-                f"{self.error_sentences} errors, {self.skipped_sentences} skipped; {self.repaired} answers needed repair")
+                f"{self.error_sentences} errors, {self.skipped_sentences} skipped; "
+                f"{self.repaired} answers needed repair")
 
 
 def parse_scores(sentences: Sequence[str], answers: Sequence[str], references: Sequence[str]) -> ParseScores:

@@ -1,9 +1,9 @@
 """TensorBoard monitoring of a training run, in workdir/tensorboard/{train,validation}.
 
     train/       loss, learning_rate, token_accuracy, perplexity: means over the last N steps
-    validation/  loss, token_accuracy, perplexity (the whole validation split), bleu and chrf
-                 (beam search on its first sentences), translations (text: source, reference,
-                 translation), attention (image: the encoder-decoder attention of the last decoder
+    validation/  loss, token_accuracy, perplexity (the whole validation split), the task's scores
+                 (bleu and chrf for translation, f1 for parsing; beam search on its first
+                 sentences), translations (text: source, reference, translation), attention (image: the encoder-decoder attention of the last decoder
                  layer over the first sample, one panel per head and their mean)
 """
 import io

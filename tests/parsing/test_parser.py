@@ -7,7 +7,8 @@ import tensorflow as tf
 from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.decoding import beam_search
 from keras_transformer.parsing import rebuild
-from keras_transformer.parsing.parser import CLOSE, END, OPEN, TAG, TreeConstraint, constrained_step_fn, sequences_to_trees
+from keras_transformer.parsing.parser import (CLOSE, END, OPEN, TAG, TreeConstraint, constrained_step_fn,
+                                              sequences_to_trees)
 
 # A vocabulary: 4 special ids, then tree tokens and two ordinary pieces the parser must never output.
 TOKENS = ["<pad>", "<unk>", "<s>", "</s>", "(S", "(NP", "(VP", ")", "NN", "VBD", ".", "dog", "▁the"]
