@@ -63,8 +63,8 @@ def first_wall_time(workdir):
     return min(times) if times else None
 
 
-def plot_dev_f1(path, during, candidates, title):
-    """during: [(minutes, f1)]; candidates: [(name, minutes, f1)]."""
+def plot_dev_f1(path, during, candidates, title, dev_sentences):
+    """during: [(minutes, f1)]; candidates: [(name, minutes, f1)] on dev_sentences sentences."""
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib import pyplot
@@ -73,7 +73,7 @@ def plot_dev_f1(path, during, candidates, title):
     if during:
         axis.plot([m for m, _ in during], [f for _, f in during], "o-", label="during training (dev subset)")
     for name, minutes, f1 in candidates:
-        axis.plot([minutes], [f1], "s", label=f"{name} (all of dev)")
+        axis.plot([minutes], [f1], "s", label=f"{name} ({dev_sentences} dev sentences)")
     axis.set_xlabel("training minutes")
     axis.set_ylabel("dev F1 (EVALB, %)")
     axis.set_title(title, fontsize=9)
@@ -150,7 +150,7 @@ def main():
     during = [((wall - start) / 60.0, f1) for wall, _, f1 in evaluations]
     png = workdir / "dev_f1.png"
     plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {args.minutes:g}-minute budget, "
-                                    f"{result.step} steps")
+                                    f"{result.step} steps", len(dev))
     (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
                                                           "test": test_scores.__dict__}, indent=2) + "\n")
     emit(task="gum_parsing", preset=args.preset, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
