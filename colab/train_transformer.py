@@ -77,6 +77,7 @@ import keras_transformer as kt
 from keras_transformer.data import DataConfig, get_corpus, load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.decoding import beam_search
 from keras_transformer.export import Translator, export_translator
+from keras_transformer.training.distribution import select_strategy  # train_wmt's rules: TPU, GPUs, else one device
 
 plt.rcParams.update({"figure.dpi": 60, "figure.figsize": (6, 3)})  # small PNGs in the saved notebook
 print("TensorFlow", tf.__version__, "| Keras", keras.__version__, "| keras_transformer", kt.__version__)
@@ -151,25 +152,12 @@ plt.show()
 # %% [markdown]
 # ## Training under the accelerator's strategy
 #
-# `TPUStrategy` on a TPU runtime, `MirroredStrategy` over the GPUs when there are any, otherwise the
-# default strategy (one device). The model and its optimizer are created inside the strategy's
+# `TPUStrategy` on a TPU runtime (Colab's, a TPU VM's or `TPU_NAME`'s), `MirroredStrategy` over the
+# GPUs when there are any, otherwise the default strategy (one device): the rules of
+# `python -m pipelines.train_wmt`. The model and its optimizer are created inside the strategy's
 # scope; `compile()` uses the paper's Adam settings, label-smoothed loss and metrics.
 
 # %%
-def select_strategy():
-    """TPUStrategy on a TPU runtime, MirroredStrategy over the visible GPUs, else the default."""
-    if "COLAB_TPU_ADDR" in os.environ or pathlib.Path("/dev/accel0").exists():
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu="" if "COLAB_TPU_ADDR" in os.environ else "local")
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    gpus = tf.config.list_logical_devices("GPU")
-    if gpus:
-        return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
-    return tf.distribute.get_strategy()
-
-
 strategy = select_strategy()
 print(f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)")
 with strategy.scope():

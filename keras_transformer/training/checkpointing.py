@@ -20,12 +20,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.training.distribution import loss_scale
 from keras_transformer.training.training_model import rng_state_variables
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIRECTORY = "checkpoints"
 CHECKPOINT_PREFIX = "ckpt"
+# Below this, a mixed_float16 run's gradients overflow float16 even unscaled (every step since the
+# scale was 2**15 had inf or NaN gradients and was skipped): the run has stopped learning.
+MIN_LOSS_SCALE = 1.0
 
 
 class TrainingDiverged(RuntimeError):
@@ -87,7 +91,9 @@ class RunCheckpoint:
 
 class CheckpointCallback(keras.callbacks.Callback):
     """Saves every `every_steps` steps, every `every_minutes` minutes and at `train_steps`; stops the
-    run (without saving) on a NaN loss, and (after saving) when SIGTERM was received.
+    run (without saving) on a NaN loss or when a mixed_float16 run's loss scale collapses (below
+    MIN_LOSS_SCALE: its steps are all skipped for overflowing gradients), and (after saving) when
+    SIGTERM was received.
 
     After `fit` returns, `diverged` (a message) or `interrupted` tell why it stopped early.
     """
@@ -113,7 +119,14 @@ class CheckpointCallback(keras.callbacks.Callback):
         if loss is not None and not math.isfinite(float(np.asarray(loss))):
             self._stop_diverged(f"the training loss is {float(np.asarray(loss))} at step {step}")
             return
-        due = (step % self.every_steps == 0 or step >= self.train_steps or self.terminate_requested
+        scale = loss_scale(self.model.optimizer)
+        if scale is not None and scale < MIN_LOSS_SCALE:
+            self._stop_diverged(
+                f"the float16 loss scale collapsed to {scale:g} at step {step}: the gradients overflowed "
+                f"float16 at every scale down from 2**15, and a step with overflowing gradients is skipped, "
+                f"so the run had stopped learning (train with --mixed-precision mixed_bfloat16 or off)")
+            return
+        due = ((step > 0 and step % self.every_steps == 0) or step >= self.train_steps or self.terminate_requested
                or time.monotonic() - self._last_save >= self.every_seconds)
         if due:
             try:

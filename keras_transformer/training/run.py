@@ -27,7 +27,8 @@ from keras_transformer.training.averaging import average_run
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
-from keras_transformer.training.distribution import is_chief, select_strategy, set_mixed_precision
+from keras_transformer.training.distribution import (is_chief, select_strategy, set_mixed_precision,
+                                                     xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
 from keras_transformer.training.summaries import TrainingMonitor
@@ -122,9 +123,12 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                               num_samples=run.sample_translations, write=chief, metric=task.validation_metric)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes)
     try:
-        with sigterm_handler(checkpoints.request_termination):
-            for initial_epoch, epochs, steps in fit_segments(run_checkpoint.step, configs.train.train_steps,
-                                                             run.eval_every_steps):
+        with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
+            # One fit call at a time: a mixed_float16 step whose gradients overflow is skipped (the
+            # optimizer's step stays), so the remaining segments are planned again after each call.
+            while run_checkpoint.step < configs.train.train_steps:
+                initial_epoch, epochs, steps = fit_segments(run_checkpoint.step, configs.train.train_steps,
+                                                            run.eval_every_steps)[0]
                 start_epoch, start_batch = position.value()
                 logger.info("training from step %d, data epoch %d batch %d", run_checkpoint.step,
                             start_epoch, start_batch)

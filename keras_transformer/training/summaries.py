@@ -1,20 +1,24 @@
 """TensorBoard monitoring of a training run, in workdir/tensorboard/{train,validation}.
 
-    train/       loss, learning_rate, token_accuracy, perplexity: means over the last N steps
+    train/       loss, learning_rate, token_accuracy, perplexity: means over the last N steps;
+                 loss_scale under mixed_float16 (it halves at each step whose gradients overflow)
     validation/  loss, token_accuracy, perplexity (the whole validation split), the task's scores
                  (bleu and chrf for translation, f1 for parsing; beam search on its first
-                 sentences), translations (text: source, reference, translation), attention (image: the encoder-decoder attention of the last decoder
-                 layer over the first sample, one panel per head and their mean)
+                 sentences), translations (text: source, reference, translation), attention
+                 (image: the encoder-decoder attention of the last decoder layer over the first
+                 sample, one panel per head and their mean)
 """
 import io
 import logging
 import pathlib
+import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.training.distribution import inner_optimizer, loss_scale
 from keras_transformer.training.evaluation import validation_scores
 
 logger = logging.getLogger(__name__)
@@ -121,6 +125,9 @@ class TrainingMonitor(keras.callbacks.Callback):
             return
         values = {name: float(np.asarray(logs[name])) for name in TRAIN_SCALARS if logs and name in logs}
         values["learning_rate"] = self._learning_rate_of_last_step()
+        scale = loss_scale(self.model.optimizer)
+        if scale is not None:
+            values["loss_scale"] = scale
         if self.write:
             with self.train_writer.as_default(step=step):
                 for name, value in values.items():
@@ -130,7 +137,7 @@ class TrainingMonitor(keras.callbacks.Callback):
 
     def _learning_rate_of_last_step(self):
         """The rate the last update used: the optimizer's own `learning_rate` is already the next one's."""
-        optimizer = self.model.optimizer
+        optimizer = inner_optimizer(self.model.optimizer)  # a LossScaleOptimizer's own rate is 0
         schedule = optimizer._learning_rate  # the schedule or the constant that compile() was given
         if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
             return float(np.asarray(schedule(optimizer.iterations - 1)))
@@ -146,7 +153,11 @@ class TrainingMonitor(keras.callbacks.Callback):
         step = self._step()
         values = {}
         if self.validation is not None:
-            metrics = self.model.evaluate(self.validation, verbose=0, return_dict=True)
+            with warnings.catch_warnings():
+                # Keras warns "Your input ran out of data" whenever a dataset ends, also when, as here,
+                # no number of steps was asked for and the end of the split is the end of evaluation.
+                warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+                metrics = self.model.evaluate(self.validation, verbose=0, return_dict=True)
             values.update({name: float(value) for name, value in metrics.items()})
         sources = [source for source, _ in self.validation_pairs]
         references = [reference for _, reference in self.validation_pairs]

@@ -10,6 +10,12 @@ misses by up to 0.1 (100% mismatched), although the token-weighted reported loss
 
 SGD, not Adam, as in tests/test_model.py: Adam's first update is about lr * sign(gradient) whatever
 the gradient's scale, which would hide a wrongly normalized loss.
+
+Both tests also run under mixed_float16 (Keras' LossScaleOptimizer around SGD, the loss scaled per
+replica and per micro-batch and divided out once), as on 8 GPUs. Batches of other shapes round
+float16 values at other places, so there the loss agrees to 1e-3 and each weight's update (its
+gradient, at learning rate 1) to 5% of its norm (measured: at most 2%); the wrongly normalized loss
+above, or a loss scale divided out per micro-batch and again at the step, misses by far more.
 """
 import keras
 import numpy as np
@@ -23,6 +29,8 @@ from keras_transformer.training.training_model import TrainingTransformer
 VOCAB = 30
 CONFIG = TransformerConfig.from_preset("tiny", vocab_size=VOCAB, dropout_rate=0.0)
 RTOL, ATOL = 1e-5, 1e-6
+MIXED_LOSS_RTOL, MIXED_UPDATE_TOLERANCE = 1e-3, 5e-2
+POLICIES = ("float32", "mixed_float16")
 
 
 def _batches(rng, num_batches):
@@ -63,16 +71,18 @@ def _element(batch, position):
     return {"batch": batch, "position": np.array(position, np.int64)}
 
 
-def _train_one_step(strategy, initial_weights, dataset, accumulate_steps=1):
+def _train_one_step(strategy, initial_weights, dataset, accumulate_steps=1, policy="float32"):
     """One optimizer step of a TrainingTransformer (SGD, learning rate 1) from initial_weights on
-    `dataset` (one step's elements); returns (reported loss, weights, DataPosition value)."""
+    `dataset` (one step's elements) under a dtype policy; returns (reported loss, weights,
+    DataPosition value)."""
+    keras.config.set_dtype_policy(policy)
     with strategy.scope():
         position = DataPosition()
         model = TrainingTransformer(CONFIG, accumulate_steps=accumulate_steps, data_position=position)
         model.compile(optimizer=keras.optimizers.SGD(1.0))
         model.prepare_for_training()
         model.set_weights(initial_weights)
-    history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0).history
+    history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False).history
     assert int(model.optimizer.iterations.numpy()) == 1
     return history["loss"][0], model.get_weights(), position.value()
 
@@ -83,16 +93,23 @@ def _initial_weights():
     return model.get_weights()
 
 
-def _assert_same_step(result, expected, initial):
+def _assert_same_step(result, expected, initial, policy="float32"):
     loss, weights, _ = result
     expected_loss, expected_weights, _ = expected
-    assert loss == pytest.approx(expected_loss, rel=RTOL)
-    for got, want in zip(weights, expected_weights):
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     assert any(not np.allclose(w, s) for w, s in zip(expected_weights, initial)), "the step changed nothing"
+    if policy == "float32":
+        assert loss == pytest.approx(expected_loss, rel=RTOL)
+        for got, want in zip(weights, expected_weights):
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        return
+    assert loss == pytest.approx(expected_loss, rel=MIXED_LOSS_RTOL)
+    for got, want, start in zip(weights, expected_weights, initial, strict=True):
+        update, expected_update = np.float64(got) - start, np.float64(want) - start
+        assert np.linalg.norm(update - expected_update) <= MIXED_UPDATE_TOLERANCE * np.linalg.norm(expected_update)
 
 
-def test_mirrored_step_on_stream_elements_equals_one_device_on_the_global_batch():
+@pytest.mark.parametrize("policy", POLICIES)
+def test_mirrored_step_on_stream_elements_equals_one_device_on_the_global_batch(policy):
     """8 replicas, each given its own batch of the stream (own shape, own real-token count): same loss
     and weights as one device on their union; the DataPosition is after the last batch of all replicas."""
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
@@ -108,13 +125,13 @@ def test_mirrored_step_on_stream_elements_equals_one_device_on_the_global_batch(
     elements = [_element(b, p) for b, p in zip(batches, positions)]
     # One input pipeline (one worker) whose consecutive elements go to replicas 0..7, as in run.py.
     per_replica = strategy.distribute_datasets_from_function(lambda context: _ragged_elements(elements))
-    mirrored = _train_one_step(strategy, initial, per_replica)
+    mirrored = _train_one_step(strategy, initial, per_replica, policy=policy)
 
     one_device = tf.distribute.OneDeviceStrategy(devices[0])
     union = _ragged_elements([_element(_union(batches), [1, 1])])
-    expected = _train_one_step(one_device, initial, union)
+    expected = _train_one_step(one_device, initial, union, policy=policy)
 
-    _assert_same_step(mirrored, expected, initial)
+    _assert_same_step(mirrored, expected, initial, policy)
     assert mirrored[2] == (1, 2), "position after batch [1, 1], the last one any replica consumed"
 
 
@@ -125,7 +142,8 @@ def _ragged_elements(elements):
     return tf.data.Dataset.from_generator(lambda: iter(elements), output_signature=signature)
 
 
-def test_accumulated_micro_batches_equal_one_step_on_their_union():
+@pytest.mark.parametrize("policy", POLICIES)
+def test_accumulated_micro_batches_equal_one_step_on_their_union(policy):
     """accumulate_steps=4 on micro-batches of different lengths, packed by `pack_micro_batches` as the
     stream packs them: same loss and weights as one step on the union; position after the last one."""
     batches = _batches(np.random.default_rng(1), 4)
@@ -138,8 +156,9 @@ def test_accumulated_micro_batches_equal_one_step_on_their_union():
     initial = _initial_weights()
     device = tf.distribute.OneDeviceStrategy("/cpu:0")
 
-    accumulated = _train_one_step(device, initial, packed, accumulate_steps=4)
-    expected = _train_one_step(device, initial, _ragged_elements([_element(_union(batches), [4, 0])]))
+    accumulated = _train_one_step(device, initial, packed, accumulate_steps=4, policy=policy)
+    expected = _train_one_step(device, initial, _ragged_elements([_element(_union(batches), [4, 0])]),
+                               policy=policy)
 
-    _assert_same_step(accumulated, expected, initial)
+    _assert_same_step(accumulated, expected, initial, policy)
     assert accumulated[2] == (4, 1)
