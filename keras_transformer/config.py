@@ -138,6 +138,13 @@ PRESETS = {
     # Small enough to train in seconds on a CPU: for tests and the offline quick start.
     "tiny": TransformerConfig(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4,
                               max_length=256),
+    # English constituency parsing (section 6.3): 4 layers, d_model 1024, the rest as base; 16K
+    # tokens (WSJ only). Output trees are long: 1024 positions hold a 300-word sentence's tree.
+    "parsing": TransformerConfig(vocab_size=16000, num_layers=4, d_model=1024),
+    # Parsing a GUM-sized treebank on 2 CPU cores within an hour; and a tiny one for tests.
+    "parsing_small": TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4),
+    "parsing_tiny": TransformerConfig(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4,
+                                      max_length=512),
 }
 
 # Table 3 of the paper: each row's changes from base, and the paper's parameter count (millions;
@@ -190,6 +197,10 @@ TRAIN_PRESETS = {
     "big": TrainConfig(train_steps=300_000, checkpoints_to_average=20),
     "small": TrainConfig(train_steps=20_000, warmup_steps=1000, tokens_per_batch=4096, checkpoints_to_average=5),
     "tiny": TrainConfig(train_steps=1000, warmup_steps=400, tokens_per_batch=4096, checkpoints_to_average=3),
+    "parsing": TrainConfig(),
+    "parsing_small": TrainConfig(train_steps=20_000, warmup_steps=1000, tokens_per_batch=4096,
+                                 checkpoints_to_average=5),
+    "parsing_tiny": TrainConfig(train_steps=600, warmup_steps=200, tokens_per_batch=2048, checkpoints_to_average=3),
 }
 
 

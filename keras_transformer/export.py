@@ -211,15 +211,26 @@ class Translator(tf.Module):
             eos = tf.fill([tokens.nrows(), 1], EOS_ID)
             return tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID), tokens.row_lengths() == 0
 
-    def _decode(self, source_ids, is_empty, beam_size, alpha, num_return):
-        """Beam search (W = beam_size, a Python int) -> ids (B, R, T), scores (B, R)."""
-        batch_size = tf.shape(source_ids)[0]
+    def _max_lengths(self, source_ids, is_empty, context):
+        """(B,) the longest output of each sentence, EOS included: source tokens + extra_length."""
         source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # (B,)
         max_lengths = tf.minimum(source_lengths + self.decode_config.extra_length, self.model.config.max_length)
-        max_lengths = tf.where(is_empty, 1, max_lengths)  # its output is replaced by ""
+        return tf.where(is_empty, 1, max_lengths)  # its output is replaced by ""
+
+    def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
+        """The model's (step_fn, cache); a task may wrap it to constrain what is output."""
+        return self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length,
+                                           parallel_groups=self.decode_config.parallel_groups)
+
+    def _decode(self, source_ids, is_empty, beam_size, alpha, num_return, context=None):
+        """Beam search (W = beam_size, a Python int) -> ids (B, R, T), scores (B, R).
+
+        context: whatever a subclass's _max_lengths and _decoding_step need besides the source.
+        """
+        batch_size = tf.shape(source_ids)[0]
+        max_lengths = self._max_lengths(source_ids, is_empty, context)
         max_length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch has no maximum
-        step_fn, cache = self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length,
-                                                     parallel_groups=self.decode_config.parallel_groups)
+        step_fn, cache = self._decoding_step(source_ids, beam_size, max_length, max_lengths, context)
         result = beam_search(step_fn, cache, batch_size, beam_size, max_lengths, self.decode_config.bos_id,
                              self.decode_config.eos_id, alpha=alpha, max_length=max_length,
                              num_return=num_return)
@@ -361,8 +372,10 @@ def export_translator(translator, export_dir, version=None, warmup_sentences=WAR
         warmup = temporary / "assets.extra" / WARMUP_FILENAME
         warmup.parent.mkdir()
         with tf.io.TFRecordWriter(str(warmup)) as writer:
+            signatures = set(translator.signatures())
             for record in _warmup_requests(export_dir.resolve().name, translator.decode_config, warmup_sentences):
-                writer.write(record.SerializeToString())
+                if record.predict_log.request.model_spec.signature_name in signatures:
+                    writer.write(record.SerializeToString())
         os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
         os.rename(temporary, final)  # atomic within one file system; fails if final appeared meanwhile
     except BaseException:

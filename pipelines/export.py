@@ -9,10 +9,13 @@ Restores the run's model (its averaged.weights.h5 if it has one, else its latest
 in a keras_transformer.export.Translator and writes --export-dir/<version> (default: the next
 number) atomically. Prints the path of the new version. --precision bfloat16 (CPUs with AVX512_BF16
 or AMX) or float16 (GPUs) stores the weights and runs the matrix products in that dtype, see
-keras_transformer.precision; float32 is the default.
+keras_transformer.precision; float32 is the default. A run of pipelines.train_parser (its
+data_config.json names a treebank) is exported as a keras_transformer.parsing Parser, which answers
+with trees.
 """
 import argparse
 import dataclasses
+import json
 import logging
 import pathlib
 
@@ -45,6 +48,15 @@ def parse_args(argv=None):
     return parser, parser.parse_args(argv)
 
 
+def translator_class(workdir):
+    """Translator, or the Parser for a parsing run."""
+    data_config = pathlib.Path(workdir) / "data_config.json"
+    if data_config.is_file() and json.loads(data_config.read_text()).get("dataset", "").startswith("treebank:"):
+        from keras_transformer.parsing.parser import Parser
+        return Parser
+    return Translator
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -55,9 +67,9 @@ def main(argv=None):
                                                                             args.weights)
         if args.parallel_groups is not None:
             decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
-        translator = Translator(model, sentencepiece_proto, decode_config,
-                                max_source_length=args.max_source_length, max_beam_size=args.max_beam_size,
-                                precision=args.precision)
+        translator = translator_class(args.workdir)(model, sentencepiece_proto, decode_config,
+                                                    max_source_length=args.max_source_length,
+                                                    max_beam_size=args.max_beam_size, precision=args.precision)
         path = export_translator(translator, export_dir, version=args.version)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

@@ -39,6 +39,13 @@ def parse_args(argv=None):
     parser.add_argument("--workdir", type=pathlib.Path,
                         help="run directory: configs, vocabulary, checkpoints, TensorBoard logs "
                              "(default runs/<dataset>-<preset>)")
+    add_job_flags(parser)
+    return parser.parse_args(argv)
+
+
+def add_job_flags(parser):
+    """The flags of a training job besides its corpus, preset and workdir (pipelines.train_parser
+    takes them too)."""
     parser.add_argument("--train-steps", type=int, help="optimizer steps (default: the preset's, 100K for base)")
     parser.add_argument("--tokens-per-batch", type=int,
                         help="tokens of one optimizer step over all replicas and accumulated micro-batches, "
@@ -75,12 +82,11 @@ def parse_args(argv=None):
                         help="print the run's configs (after flags and overrides) and the workdir, and exit")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="Keras' console output: 0 silent, 1 progress bar, 2 one line per epoch")
-    return parser.parse_args(argv)
 
 
-def build_configs(args):
-    """The run's configs: the preset's, then the flags, then the --set overrides."""
-    flags = {"data.reverse": True if args.reverse else None, "train.train_steps": args.train_steps,
+def flag_assignments(args):
+    """The job flags given, as --set assignments (applied before the --set overrides)."""
+    flags = {"data.reverse": True if getattr(args, "reverse", False) else None, "train.train_steps": args.train_steps,
              "train.tokens_per_batch": args.tokens_per_batch,
              "run.seed": args.seed, "data.seed": args.seed, "run.accumulate_steps": args.accumulate_steps,
              "run.mixed_precision": args.mixed_precision, "run.jit_compile": args.jit_compile,
@@ -88,8 +94,12 @@ def build_configs(args):
              "run.checkpoint_every_minutes": args.checkpoint_every_minutes,
              "run.keep_checkpoints": args.keep_checkpoints, "run.eval_every_steps": args.eval_every_steps,
              "run.log_every_steps": args.log_every_steps, "run.max_train_minutes": args.max_train_minutes}
-    assignments = [f"{key}={value}" for key, value in flags.items() if value is not None]
-    return apply_overrides(preset_configs(args.preset, args.dataset), assignments + args.overrides)
+    return [f"{key}={value}" for key, value in flags.items() if value is not None]
+
+
+def build_configs(args):
+    """The run's configs: the preset's, then the flags, then the --set overrides."""
+    return apply_overrides(preset_configs(args.preset, args.dataset), flag_assignments(args) + args.overrides)
 
 
 def main(argv=None):
@@ -97,37 +107,45 @@ def main(argv=None):
     configs = build_configs(args)
     run_name = _run_name(args.dataset, args.preset, args.reverse)
     workdir = args.workdir or pathlib.Path("runs") / run_name
+    code, result = run_job(args, configs, workdir)
+    if result is not None and result.scores is not None:
+        print(result.scores.report(f"test ({result.step} steps, average of the last "
+                                   f"{configs.train.checkpoints_to_average} checkpoints, beam {configs.decode.beam_size})"))
+        if result.export_path is not None:
+            print(f"SavedModel: {result.export_path}")
+    return code
+
+
+def run_job(args, configs, workdir, task=None):
+    """Trains, averages, scores and exports (or prints the configs with --dry-run); returns (exit
+    code, RunResult or None). `task`: keras_transformer.training.task's, default translation."""
     export_dir = None if args.no_export else args.export_dir or pathlib.Path("exported") / workdir.name
     if args.dry_run:
         for name in RunConfigs.FILENAMES:
             print(f"{name}: {getattr(configs, name).to_json()}")
         export = "none (--no-export)" if export_dir is None else f"{export_dir}/<version>"
         print(f"workdir: {workdir}\nexport: {export}")
-        return 0
+        return 0, None
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("keras_transformer").setLevel(logging.INFO)  # restored/saved checkpoints, data position
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
     from keras_transformer.training.distribution import select_strategy
     from keras_transformer.training.run import train_and_evaluate
+    from keras_transformer.training.task import TRANSLATION
 
     strategy = select_strategy(args.devices.split(",") if args.devices else None)
     try:
         result = train_and_evaluate(workdir, configs, strategy=strategy, export_dir=export_dir,
-                                    export_precision=args.export_precision, verbose=args.verbose)
+                                    export_precision=args.export_precision, verbose=args.verbose,
+                                    task=task or TRANSLATION)
     except TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
-        return 1
+        return 1, None
     except TrainingInterrupted as error:
         print(str(error), file=sys.stderr, flush=True)
-        return 143
-    if result.scores is None:  # a non-chief worker
-        return 0
-    print(result.scores.report(f"test ({result.step} steps, average of the last "
-                               f"{configs.train.checkpoints_to_average} checkpoints, beam {configs.decode.beam_size})"))
-    if result.export_path is not None:
-        print(f"SavedModel: {result.export_path}")
-    return 0
+        return 143, None
+    return 0, result  # result.scores is None on a non-chief worker
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import sys
 
 import pytest
 
+from keras_transformer.parsing import parse_tree
 from tests.readme_run import README, REPOSITORY, readme_run  # noqa: F401
 from tests.test_serving_readme import ENGLISH_NUMBER
 
@@ -86,6 +87,8 @@ def test_readme_pipeline_command_runs(index, readme_directory):
     argv = [sys.executable] + shlex.split(command)[1:]
     if "--dataset" not in command and "pipelines.train_wmt" in command:
         argv.append("--dry-run")  # WMT14 cannot be downloaded here; tests/data/test_tfds_corpus.py mocks it
+    if "pipelines.train_parser" in command:  # the WSJ is the LDC's; the quick run, with fewer steps
+        argv += ["--dry-run"] if "/wsj/" in command else ["--train-steps", "20", "--checkpoint-every-steps", "10"]
     result = subprocess.run(argv, cwd=readme_directory, capture_output=True, text=True, timeout=900,
                             env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
     assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
@@ -95,8 +98,19 @@ def test_readme_pipeline_command_runs(index, readme_directory):
         assert len(translations) == 2 and all(ENGLISH_NUMBER.fullmatch(text) for text in translations), translations
     if "pipelines.evaluate" in command:
         assert "sacreBLEU" in result.stdout and "nrefs:1|case:mixed" in result.stdout
-    if "--dry-run" in argv:
+    if "--dry-run" in argv and "pipelines.train_parser" in command:
+        assert '"d_model": 1024' in result.stdout and '"beam_size": 21' in result.stdout
+        assert '"extra_length": 300' in result.stdout and '"num_layers": 4' in result.stdout
+    elif "--dry-run" in argv:
         assert '"train_steps": 100000' in result.stdout and '"d_model": 512' in result.stdout
+    if "pipelines.train_parser" in command and "--dry-run" not in argv:
+        assert re.search(r"^dev .*EVALB \(COLLINS.prm\) F1 .*\ntest .*F1 .*\nSavedModel: ", result.stdout, flags=re.M)
+    if "pipelines.parse" in command:
+        output = pathlib.Path(readme_directory, re.search(r"--output (\S+)", command).group(1))
+        source = pathlib.Path(readme_directory, re.search(r"--input (\S+)", command).group(1))
+        sentences, trees = source.read_text().splitlines(), output.read_text().splitlines()
+        assert len(trees) == len(sentences) > 0
+        assert all(parse_tree(tree).words() == sentence.split() for sentence, tree in zip(sentences, trees))
     if "pipelines.export" in command:
         version = readme_directory / result.stdout.strip()  # exported/<name>/<version>
         assert version.is_dir() and int(version.name) >= 2  # beside the first command's version 1

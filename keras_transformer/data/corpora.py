@@ -61,6 +61,11 @@ class Corpus(abc.ABC):
             raise ValueError(f"{self.name}: split {split!r} has no sentence pairs")
         return tf.data.Dataset.from_tensor_slices((sources, targets))
 
+    def user_defined_symbols(self) -> tuple[str, ...]:
+        """Strings the shared vocabulary keeps as one piece each: none for text (a treebank's tree
+        tokens for parsing)."""
+        return ()
+
     def training_sentences(self) -> Iterator[str]:
         """Source and target sentences of the train split: what the shared vocabulary is learned on."""
         for source, target in self.pairs("train"):

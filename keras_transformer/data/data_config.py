@@ -68,6 +68,7 @@ class DataConfig(JsonConfig):
             raise ValueError(f"DataConfig.num_parallel_calls must be positive or -1 (autotune), "
                              f"got {self.num_parallel_calls}")
 
-    def tokenizer_settings(self, corpus_name: str) -> TokenizerSettings:
+    def tokenizer_settings(self, corpus_name: str, user_defined_symbols=()) -> TokenizerSettings:
         return TokenizerSettings(vocab_size=self.vocab_size, sample_size=self.tokenizer_sample_size,
-                                 byte_fallback=self.byte_fallback, corpus=corpus_name)
+                                 byte_fallback=self.byte_fallback, corpus=corpus_name,
+                                 user_defined_symbols=tuple(user_defined_symbols))

@@ -49,6 +49,8 @@ class TokenizerSettings:
         instead of UNK_ID, which keeps tokenization lossless.
       character_coverage: the share of characters that get their own piece; the rest use bytes.
       corpus: the corpus name, recorded to catch a vocabulary reused for another corpus.
+      user_defined_symbols: strings that are always one piece each, wherever they occur (a task's
+        own tokens, such as the brackets and labels of linearized trees); empty for translation.
     """
 
     vocab_size: int = 37_000
@@ -57,6 +59,16 @@ class TokenizerSettings:
     byte_fallback: bool = True
     character_coverage: float = 0.9995
     corpus: str = ""
+    user_defined_symbols: tuple = ()
+
+    def to_dict(self):
+        """As written to sentencepiece.json (no user_defined_symbols key when there are none, as
+        before the field existed)."""
+        values = dataclasses.asdict(self)
+        values["user_defined_symbols"] = list(self.user_defined_symbols)
+        if not values["user_defined_symbols"]:
+            del values["user_defined_symbols"]
+        return values
 
 
 def sample_sentences(sentences: Iterable[str], sample_size: int, seed: int) -> list[str]:
@@ -87,7 +99,8 @@ def train_sentencepiece(sentences: Iterable[str], settings: TokenizerSettings) -
         pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
         normalization_rule_name="identity", remove_extra_whitespaces=False,
         byte_fallback=settings.byte_fallback, character_coverage=settings.character_coverage,
-        input_sentence_size=0, num_threads=os.cpu_count() or 1, minloglevel=2)
+        user_defined_symbols=list(settings.user_defined_symbols), input_sentence_size=0,
+        num_threads=os.cpu_count() or 1, minloglevel=2)
     return model.getvalue()
 
 
@@ -145,8 +158,8 @@ def load_or_train_tokenizer(directory: os.PathLike, sentences: Optional[Iterable
     if model_path.exists():
         if settings_path.exists():
             saved = json.loads(settings_path.read_text())
-            if saved != dataclasses.asdict(settings):
-                raise ValueError(f"{model_path} was trained with {saved}, not {dataclasses.asdict(settings)}"
+            if saved != settings.to_dict():
+                raise ValueError(f"{model_path} was trained with {saved}, not {settings.to_dict()}"
                                  f"; use another run directory or delete the model to retrain it")
         logger.info("reusing SentencePiece model %s", model_path)
         return SubwordTokenizer.from_file(model_path)
@@ -157,7 +170,7 @@ def load_or_train_tokenizer(directory: os.PathLike, sentences: Optional[Iterable
     temporary = model_path.with_suffix(".tmp")
     temporary.write_bytes(model_proto)
     temporary.replace(model_path)  # never leave a half-written model to be reused
-    settings_path.write_text(json.dumps(dataclasses.asdict(settings), indent=2, sort_keys=True))
+    settings_path.write_text(json.dumps(settings.to_dict(), indent=2, sort_keys=True))
     tokenizer = SubwordTokenizer(model_proto)
     logger.info("trained SentencePiece model %s: %d pieces", model_path, tokenizer.vocab_size)
     return tokenizer

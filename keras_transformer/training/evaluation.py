@@ -38,15 +38,16 @@ class BeamSearchTranslator:
       tokenizer: the run's SubwordTokenizer.
       decode_config: beam size, alpha, extra length.
       sentences_per_batch: sentences decoded together.
+      translator_class: Translator, or a task's subclass of it (whose `translate` gives its answers).
     """
 
     def __init__(self, model, tokenizer: SubwordTokenizer, decode_config: DecodeConfig = DecodeConfig(),
-                 sentences_per_batch: int = 64):
+                 sentences_per_batch: int = 64, translator_class=Translator):
         self.model = model
         self.tokenizer = tokenizer
         self.decode_config = decode_config
         self.sentences_per_batch = sentences_per_batch
-        self.translator = Translator(model, tokenizer.model_proto, decode_config)
+        self.translator = translator_class(model, tokenizer.model_proto, decode_config)
 
     def source_ids(self, sentences: Sequence[str]) -> list[np.ndarray]:
         """Token ids + EOS of each sentence, cut as the translator cuts them."""
@@ -113,3 +114,9 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     return Scores(bleu=bleu_score.score, bleu_signature=str(bleu.get_signature()), chrf=chrf_score.score,
                   chrf_signature=str(chrf.get_signature()),
                   tokenized_bleu=tokenized_bleu(hypotheses, references), num_sentences=len(hypotheses))
+
+
+def validation_scores(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """The scalars of an evaluation during training: BLEU and chrF."""
+    scores = score(hypotheses, references)
+    return {"bleu": scores.bleu, "chrf": scores.chrf}

@@ -19,7 +19,7 @@ import keras
 import sentencepiece
 import tensorflow as tf
 
-from keras_transformer.data import get_corpus, load_or_train_tokenizer, make_corpus_dataset
+from keras_transformer.data import load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.export import Translator, export_translator
 from keras_transformer.model import Transformer
 from keras_transformer.schedule import paper_optimizer
@@ -29,9 +29,10 @@ from keras_transformer.training.checkpointing import (CheckpointCallback, RunChe
 from keras_transformer.training.data_stream import DataPosition, training_stream
 from keras_transformer.training.distribution import (is_chief, select_strategy, set_mixed_precision,
                                                      xla_compilation_errors_name_the_flag)
-from keras_transformer.training.evaluation import BeamSearchTranslator, Scores, score
+from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
 from keras_transformer.training.summaries import TrainingMonitor
+from keras_transformer.training.task import TRANSLATION, Task
 from keras_transformer.training.training_model import TrainingTransformer
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
     return model, position, run_checkpoint
 
 
-def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir, chief, verbose):
+def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir, chief, verbose, task):
     """model.fit from the restored step to train_steps; returns the monitor's evaluations."""
     run, data = configs.run, configs.data
     validation = strategy.distribute_datasets_from_function(
@@ -116,9 +117,10 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     checkpoints = CheckpointCallback(run_checkpoint, run.checkpoint_every_steps, run.checkpoint_every_minutes,
                                      configs.train.train_steps)
     monitor = TrainingMonitor(pathlib.Path(workdir) / "tensorboard", run.log_every_steps, validation,
-                              BeamSearchTranslator(model, tokenizer, configs.decode), validation_pairs,
+                              BeamSearchTranslator(model, tokenizer, configs.decode,
+                                                   translator_class=task.translator_class), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
-                              num_samples=run.sample_translations, write=chief)
+                              num_samples=run.sample_translations, write=chief, metric=task.validation_metric)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes)
     try:
         with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
@@ -149,11 +151,11 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     return monitor.history
 
 
-def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None) -> Scores:
+def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None, task: Task = TRANSLATION) -> Scores:
     """Beam-search translation of the corpus's test split, scored; written to workdir if given."""
     pairs = list(corpus.pairs("test"))
     hypotheses = translator.translate([s for s, _ in pairs])
-    scores = score(hypotheses, [reference for _, reference in pairs])
+    scores = task.test_scores([s for s, _ in pairs], hypotheses, [reference for _, reference in pairs])
     if workdir is not None:
         workdir = pathlib.Path(workdir)
         (workdir / TEST_TRANSLATIONS).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
@@ -194,7 +196,8 @@ def export_saved_model(translator: Translator, workdir, export_dir, step, precis
 
 
 def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.distribute.Strategy] = None,
-                       export_dir=None, export_precision="float32", verbose=1) -> RunResult:
+                       export_dir=None, export_precision="float32", verbose=1,
+                       task: Task = TRANSLATION) -> RunResult:
     """Runs (or resumes) the whole job described by `configs` in `workdir`; see the module docstring.
 
     configs.data.tokens_per_batch is replaced by the micro-batch budget derived from
@@ -202,6 +205,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     vocab_size by the trained vocabulary's size.
 
     The export (when export_dir is given) is in export_precision: float32, bfloat16 or float16.
+    task: the corpus, answers and scores of the job (translation; keras_transformer.parsing.task.PARSING).
 
     Raises TrainingDiverged (NaN loss) and TrainingInterrupted (SIGTERM, after saving).
     """
@@ -211,8 +215,9 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     chief = is_chief(strategy)
     configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
     data = configs.data
-    corpus = get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
-    tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(), data.tokenizer_settings(corpus.name))
+    corpus = task.corpus(data)
+    tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(),
+                                        data.tokenizer_settings(corpus.name, corpus.user_defined_symbols()))
     configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, vocab_size=tokenizer.vocab_size))
     configs.check_resumable(workdir)
     if chief:
@@ -223,7 +228,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
         evaluations = []
         if run_checkpoint.step < configs.train.train_steps:
             evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir,
-                                 chief, verbose)
+                                 chief, verbose, task)
     finally:
         keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
     result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations)
@@ -231,8 +236,9 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
         return result
     result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average)
     averaged = load_averaged_model(configs, result.averaged_weights)
-    translator = BeamSearchTranslator(averaged, tokenizer, configs.decode)  # evaluated, then exported
-    result.scores = evaluate_test_set(translator, corpus, workdir)
+    translator = BeamSearchTranslator(averaged, tokenizer, configs.decode,  # evaluated, then exported
+                                      translator_class=task.translator_class)
+    result.scores = evaluate_test_set(translator, corpus, workdir, task)
     if export_dir is not None:
         result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step,
                                                 precision=export_precision)

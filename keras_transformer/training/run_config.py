@@ -94,6 +94,11 @@ RUN_PRESETS = {
     # The offline quick run: a few minutes on 2 CPU cores.
     "tiny": RunConfig(checkpoint_every_steps=100, keep_checkpoints=5, eval_every_steps=200,
                       log_every_steps=20, eval_sentences=200, sample_translations=3),
+    "parsing": RunConfig(keep_checkpoints=10),
+    "parsing_small": RunConfig(checkpoint_every_steps=250, keep_checkpoints=10, eval_every_steps=1000,
+                               log_every_steps=50, eval_sentences=300),
+    "parsing_tiny": RunConfig(checkpoint_every_steps=100, keep_checkpoints=5, eval_every_steps=300,
+                              log_every_steps=20, eval_sentences=100, sample_translations=3),
 }
 
 

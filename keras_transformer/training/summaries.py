@@ -2,10 +2,11 @@
 
     train/       loss, learning_rate, token_accuracy, perplexity: means over the last N steps;
                  loss_scale under mixed_float16 (it halves at each step whose gradients overflow)
-    validation/  loss, token_accuracy, perplexity (the whole validation split), bleu and chrf
-                 (beam search on its first sentences), translations (text: source, reference,
-                 translation), attention (image: the encoder-decoder attention of the last decoder
-                 layer over the first sample, one panel per head and their mean)
+    validation/  loss, token_accuracy, perplexity (the whole validation split), the task's scores
+                 (bleu and chrf for translation, f1 for parsing; beam search on its first
+                 sentences), translations (text: source, reference, translation), attention
+                 (image: the encoder-decoder attention of the last decoder layer over the first
+                 sample, one panel per head and their mean)
 """
 import io
 import logging
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.training.distribution import inner_optimizer, loss_scale
-from keras_transformer.training.evaluation import score
+from keras_transformer.training.evaluation import validation_scores
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +90,11 @@ class TrainingMonitor(keras.callbacks.Callback):
         shown as text, the first one's attention as an image.
       sentencepiece: a SentencePieceProcessor to name the tokens of the attention map.
       write: False on non-chief workers (they evaluate, which needs every worker, but write nothing).
+      metric: (sources, hypotheses, references) -> {name: value}; default BLEU and chrF.
     """
 
     def __init__(self, log_dir, log_every_steps, validation, translator, validation_pairs, sentencepiece,
-                 num_samples=4, write=True):
+                 num_samples=4, write=True, metric=validation_scores):
         super().__init__()
         self.log_dir = pathlib.Path(log_dir)
         self.log_every_steps = log_every_steps
@@ -102,6 +104,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.sentencepiece = sentencepiece
         self.num_samples = num_samples
         self.write = write
+        self.metric = metric
         self.history = []  # (step, {name: value}) of each evaluation
         self._reset_pending = False
         if write:
@@ -159,11 +162,10 @@ class TrainingMonitor(keras.callbacks.Callback):
         sources = [source for source, _ in self.validation_pairs]
         references = [reference for _, reference in self.validation_pairs]
         hypotheses = self.translator.translate(sources)
-        scores = score(hypotheses, references)
-        values.update(bleu=scores.bleu, chrf=scores.chrf)
+        values.update(self.metric(sources, hypotheses, references))
         self.history.append((step, values))
         print(f"\nstep {step}: " + ", ".join(f"validation {name} {value:.4g}" for name, value in values.items())
-              + f" (BLEU on {len(sources)} sentences, beam {self.translator.decode_config.beam_size})", flush=True)
+              + f" (scores on {len(sources)} sentences, beam {self.translator.decode_config.beam_size})", flush=True)
         if self.write:
             self._write_evaluation(step, values, sources, references, hypotheses)
         return values

@@ -1,0 +1,166 @@
+"""GUM constituency parsing on this machine: train for a fixed time, choose a checkpoint on dev, score
+test once with EVALB (COLLINS.prm).
+
+    python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
+        [--candidates 3] [--threads 2] [--set FIELD=VALUE ...]
+
+Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA) with pipelines.train_parser's
+job (keras_transformer.training.run.train_and_evaluate with the parsing task), stopping after
+--minutes. The job's own final evaluation is pointed at dev, not test, so test is decoded once only:
+dev F1 is then computed for the averaged weights and the last --candidates checkpoints, the best is
+written to <workdir>/chosen.weights.h5 (which `python -m pipelines.parse --model <workdir>` uses)
+and only it parses test. Prints one JSON line: {"task": "gum_parsing", "dev_f1", "test_f1",
+"checkpoint", ...} (F1 in percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1
+against training minutes (the evaluations during training, on the first run.eval_sentences dev
+sentences, and the candidates on all of dev). Running the same command again resumes the run.
+"""
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.common import emit, log, setup_tensorflow  # noqa: E402
+
+CHOSEN_WEIGHTS = "chosen.weights.h5"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
+    parser.add_argument("--preset", default="parsing_small", help="parsing preset")
+    parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
+    parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
+    parser.add_argument("--max-sentences", type=int,
+                        help="use only the first N dev and test sentences (a quick check of the script; "
+                             "reported figures use all)")
+    parser.add_argument("--threads", type=int, default=2, help="intra- and inter-op threads")
+    parser.add_argument("--onednn", type=int, choices=(0, 1), default=1)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="config overrides, as for pipelines.train_parser")
+    return parser.parse_args()
+
+
+def scalar_events(directory, tag):
+    """(wall time, step, value) of a scalar in a TensorBoard log directory."""
+    import tensorflow as tf
+
+    events = []
+    for path in sorted(pathlib.Path(directory).glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    events.append((event.wall_time, event.step, float(tf.make_ndarray(value.tensor))))
+    return sorted(events)
+
+
+def first_wall_time(workdir):
+    import tensorflow as tf
+
+    times = [event.wall_time for path in (workdir / "tensorboard").rglob("events.out.tfevents.*")
+             for event in tf.compat.v1.train.summary_iterator(str(path))]
+    return min(times) if times else None
+
+
+def plot_dev_f1(path, during, candidates, title, dev_sentences):
+    """during: [(minutes, f1)]; candidates: [(name, minutes, f1)] on dev_sentences sentences."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axis = pyplot.subplots(figsize=(6, 4))
+    if during:
+        axis.plot([m for m, _ in during], [f for _, f in during], "o-", label="during training (dev subset)")
+    for name, minutes, f1 in candidates:
+        axis.plot([minutes], [f1], "s", label=f"{name} ({dev_sentences} dev sentences)")
+    axis.set_xlabel("training minutes")
+    axis.set_ylabel("dev F1 (EVALB, %)")
+    axis.set_title(title, fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+
+
+def candidates(configs, workdir, averaged_weights, count):
+    """(name, model, minutes-stamp file) of the averaged weights and the last `count` checkpoints."""
+    from keras_transformer.export import restore_checkpoint
+    from keras_transformer.model import Transformer
+    from keras_transformer.training.averaging import last_checkpoints
+    from keras_transformer.training.run import load_averaged_model
+
+    paths = last_checkpoints(workdir, count)
+    yield "averaged", load_averaged_model(configs, averaged_weights), pathlib.Path(paths[-1] + ".index")
+    for path in reversed(paths):
+        model = Transformer(configs.model)
+        model.build()
+        restore_checkpoint(model, path)
+        yield pathlib.Path(path).name, model, pathlib.Path(path + ".index")
+
+
+def main():
+    args = parse_args()
+    setup_tensorflow(args)
+    import time
+
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.data.factory import SHARED_DATA_ENV, shared_data_root
+    from keras_transformer.parsing.configs import parsing_configs
+    from keras_transformer.parsing.corpus import TreebankCorpus
+    from keras_transformer.parsing.task import PARSING, parse_scores
+    from keras_transformer.training.evaluation import BeamSearchTranslator
+    from keras_transformer.training.run import train_and_evaluate
+    from keras_transformer.training.run_config import RunConfigs, apply_overrides
+
+    folder = shared_data_root() / "gum"
+    if not (folder / "train.ptb").is_file():
+        sys.exit(f"GUM not found in {folder} (set {SHARED_DATA_ENV} to the folder holding gum/)")
+    workdir = args.workdir or pathlib.Path("runs") / f"gum-{args.preset}"
+    # The job's closing evaluation runs on dev (its "test" split): GUM test is decoded once, below.
+    configs = parsing_configs(args.preset, folder / "train.ptb", folder / "dev.ptb", folder / "dev.ptb")
+    configs = apply_overrides(configs, [f"run.max_train_minutes={args.minutes}", *args.overrides])
+    started = time.monotonic()
+    result = train_and_evaluate(workdir, configs, verbose=2, task=PARSING)
+    configs = RunConfigs.read(workdir)
+    tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
+    start = first_wall_time(workdir)
+
+    dev = list(TreebankCorpus({"train": folder / "train.ptb", "validation": folder / "dev.ptb"}).pairs(
+        "validation"))[:args.max_sentences]
+    best, tried = None, []
+    for name, model, stamp in candidates(configs, workdir, result.averaged_weights, args.candidates):
+        parser = BeamSearchTranslator(model, tokenizer, configs.decode, translator_class=PARSING.translator_class)
+        scores = parse_scores([s for s, _ in dev], parser.translate([s for s, _ in dev], progress=True),
+                              [r for _, r in dev])
+        log(scores.report(f"dev ({name})"))
+        tried.append((name, (stamp.stat().st_mtime - start) / 60.0 if start else 0.0, scores.f1))
+        if best is None or scores.f1 > best[2].f1:
+            best = (name, model, scores, parser)
+    name, model, dev_scores, parser = best
+    model.save_weights(str(workdir / CHOSEN_WEIGHTS))
+
+    test = list(TreebankCorpus({"train": folder / "train.ptb", "test": folder / "test.ptb"}).pairs(
+        "test"))[:args.max_sentences]
+    test_scores = parse_scores([s for s, _ in test], parser.translate([s for s, _ in test], progress=True),
+                               [r for _, r in test])
+    log(test_scores.report(f"test ({name})"))
+    evaluations = scalar_events(workdir / "tensorboard" / "validation", "f1")
+    during = [((wall - start) / 60.0, f1) for wall, _, f1 in evaluations]
+    png = workdir / "dev_f1.png"
+    plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {args.minutes:g}-minute budget, "
+                                    f"{result.step} steps", len(dev))
+    (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
+                                                          "test": test_scores.__dict__}, indent=2) + "\n")
+    emit(task="gum_parsing", preset=args.preset, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
+         checkpoint=name, test_recall=round(test_scores.recall, 2), test_precision=round(test_scores.precision, 2),
+         dev_repaired=dev_scores.repaired, test_repaired=test_scores.repaired,
+         test_error_sentences=test_scores.error_sentences, steps=result.step, budget_minutes=args.minutes,
+         wall_minutes=round((time.monotonic() - started) / 60.0, 1), beam=configs.decode.beam_size,
+         alpha=configs.decode.alpha, threads=args.threads, dev_sentences=len(dev), test_sentences=len(test),
+         png=str(png))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""A treebank as the training job's corpus: (sentence, linearized tree) pairs per split.
+
+    corpus = TreebankCorpus({"train": ["wsj/02", ..., "wsj/21"], "validation": "wsj/22", "test": "wsj/23"})
+    next(corpus.pairs("train"))    # ("Pierre Vinken , 61 years old , ...", "(S (NP (NP NNP NNP ) , ...")
+
+Sentences are the trees' words joined by single spaces; targets are `linearize`d trees. The trees
+are read again from the files each time a split is iterated (streamed, never held whole), and every
+file is checked once, before training starts, so that a bad tree stops the job with its file and
+line. The vocabulary keeps every tree token of the train split as one piece (`user_defined_symbols`).
+"""
+import pathlib
+from typing import Iterator, Mapping, Sequence, Union
+
+import tensorflow as tf
+
+from keras_transformer.data.corpora import SPLITS, Corpus, check_split
+from keras_transformer.parsing.linearization import linearize, linearize_tokens, rebuild
+from keras_transformer.parsing.parser import tree_symbols
+from keras_transformer.parsing.treebank import read_treebank, treebank_files
+from keras_transformer.parsing.trees import Tree
+
+SPEC_PREFIX = "treebank:"
+
+
+class TreebankCorpus(Corpus):
+    """Treebank files per split (a path, a directory, or a list of them); "train" is required."""
+
+    source_language = "en"
+    target_language = "trees"
+
+    def __init__(self, files: Mapping[str, Union[str, pathlib.Path, Sequence]], name: str = "treebank"):
+        unknown = sorted(set(files) - set(SPLITS))
+        if unknown or "train" not in files:
+            raise ValueError(f"{name}: expected splits among {SPLITS} with 'train'; got {sorted(files)}")
+        self.name = name
+        self.files = {split: treebank_files(paths) for split, paths in files.items()}
+        self._symbols = None
+        self._sizes = {split: sum(1 for _ in self.trees(split)) for split in self.files}  # checks every tree
+
+    def trees(self, split: str) -> Iterator[Tree]:
+        check_split(split)
+        if split not in self.files:
+            raise ValueError(f"{self.name}: no files for split {split!r}; it has {sorted(self.files)}")
+        return read_treebank(self.files[split])
+
+    def num_pairs(self, split: str) -> int:
+        check_split(split)
+        return self._sizes[split]
+
+    def pairs(self, split: str) -> Iterator[tuple[str, str]]:
+        for tree in self.trees(split):
+            yield " ".join(tree.words()), linearize(tree)
+
+    def dataset(self, split: str) -> tf.data.Dataset:
+        """The pairs, streamed from the files."""
+        if not self.num_pairs(split):
+            raise ValueError(f"{self.name}: split {split!r} has no trees")
+        spec = tf.TensorSpec([], tf.string)
+        return tf.data.Dataset.from_generator(lambda: self.pairs(split), output_signature=(spec, spec))
+
+    def user_defined_symbols(self) -> tuple[str, ...]:
+        if self._symbols is None:
+            tokens = {token for tree in self.trees("train") for token in linearize_tokens(tree)}
+            self._symbols = tuple(tree_symbols(tokens))
+        return self._symbols
+
+
+def treebank_spec(train, validation, test) -> str:
+    """The DataConfig.dataset naming a treebank corpus: "treebank:train=A;validation=B;test=C"
+    (several paths of one split joined by '+')."""
+    def paths(value):
+        values = [value] if isinstance(value, (str, pathlib.Path)) else list(value)
+        return "+".join(str(pathlib.Path(v).resolve()) for v in values)
+    return SPEC_PREFIX + ";".join(f"{split}={paths(value)}" for split, value in
+                                  (("train", train), ("validation", validation), ("test", test)))
+
+
+def corpus_from_spec(spec: str) -> TreebankCorpus:
+    if not spec.startswith(SPEC_PREFIX):
+        raise ValueError(f"not a treebank spec (expected '{SPEC_PREFIX}train=...;validation=...;test=...'): {spec!r}")
+    files = {}
+    for item in filter(None, spec[len(SPEC_PREFIX):].split(";")):
+        split, _, paths = item.partition("=")
+        files[split] = paths.split("+")
+    return TreebankCorpus(files)
+
+
+def gold_tree(sentence: str, sequence: str) -> Tree:
+    """The tree of a corpus pair."""
+    return rebuild(sequence, sentence.split())

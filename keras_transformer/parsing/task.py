@@ -1,0 +1,105 @@
+"""Parsing as a task of the training job (keras_transformer.training.task): a treebank corpus, the
+Parser as translator, and EVALB's F1 as the score.
+
+Every answer is checked to be a tree over exactly the sentence's words; one that is not (which the
+Parser's constrained decoding should never give) is repaired and counted.
+"""
+import dataclasses
+from typing import Optional, Sequence
+
+from keras_transformer.parsing.corpus import corpus_from_spec, gold_tree
+from keras_transformer.parsing.evalb import CUTOFF_LENGTH, evalb
+from keras_transformer.parsing.linearization import Repairs, repair
+from keras_transformer.parsing.parser import Parser
+from keras_transformer.parsing.trees import Tree, TreeFormatError, escape_word, parse_tree, tokenize_brackets
+from keras_transformer.training.task import Task
+
+
+def sequence_of_tree_text(text: str) -> str:
+    """The linearization that a (possibly malformed) tree text spells: (TAG word) -> TAG."""
+    tokens, out, position = tokenize_brackets(text), [], 0
+    while position < len(tokens):
+        token = tokens[position]
+        if (token == "(" and position + 3 < len(tokens) and tokens[position + 1] not in "()"
+                and tokens[position + 2] not in "()" and tokens[position + 3] == ")"):
+            out.append(tokens[position + 1])
+            position += 4
+            continue
+        if token == "(" and position + 1 < len(tokens) and tokens[position + 1] not in "()":
+            out.append("(" + tokens[position + 1])
+            position += 2
+            continue
+        if token == ")":
+            out.append(")")
+        position += 1
+    return " ".join(out)
+
+
+def answer_tree(text: str, sentence: str) -> tuple[Optional[Tree], Optional[Repairs]]:
+    """(tree, None) when `text` is a tree over exactly the words of `sentence`, else (the repaired
+    tree, what was repaired); (None, None) for an empty sentence."""
+    words = [escape_word(word) for word in sentence.split()]
+    if not words:
+        return None, None
+    try:
+        tree = parse_tree(text)
+        if tree.words() == words:
+            return tree, None
+    except TreeFormatError:
+        pass
+    tree, repairs = repair(sequence_of_tree_text(text), words)
+    if not repairs:  # a tree with a tag per word, but other words in its leaves
+        repairs.other_words = True
+    return tree, repairs
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseScores:
+    """EVALB's figures (percent) of a set of answers, and how many answers needed repair."""
+
+    f1: float
+    recall: float
+    precision: float
+    complete_match: float
+    tagging_accuracy: float
+    f1_len40: float
+    sentences: int
+    error_sentences: int
+    skipped_sentences: int
+    repaired: int
+
+    def report(self, name="test") -> str:
+        return (f"{name}: EVALB (COLLINS.prm) F1 {self.f1:.2f} (recall {self.recall:.2f}, precision "
+                f"{self.precision:.2f}; len<={CUTOFF_LENGTH} F1 {self.f1_len40:.2f}), complete match "
+                f"{self.complete_match:.2f}, tagging accuracy {self.tagging_accuracy:.2f}; {self.sentences} sentences, "
+                f"{self.error_sentences} errors, {self.skipped_sentences} skipped; "
+                f"{self.repaired} answers needed repair")
+
+
+def parse_scores(sentences: Sequence[str], answers: Sequence[str], references: Sequence[str]) -> ParseScores:
+    """Scores of answer trees (text) against the linearized gold trees of the same sentences."""
+    golds, tests, repaired = [], [], 0
+    for sentence, answer, reference in zip(sentences, answers, references, strict=True):
+        golds.append(gold_tree(sentence, reference))
+        tree, repairs = answer_tree(answer, sentence)
+        repaired += repairs is not None
+        tests.append(tree)
+    result = evalb(golds, tests)
+    counts = result.all
+    return ParseScores(f1=counts.f1, recall=counts.recall, precision=counts.precision,
+                       complete_match=counts.complete_match, tagging_accuracy=counts.tagging_accuracy,
+                       f1_len40=result.len40.f1, sentences=counts.sentences, error_sentences=counts.error_sentences,
+                       skipped_sentences=counts.skipped_sentences, repaired=repaired)
+
+
+def validation_f1(sentences, answers, references) -> dict:
+    scores = parse_scores(sentences, answers, references)
+    return {"f1": scores.f1, "repaired": float(scores.repaired)}
+
+
+def parsing_corpus(data):
+    return corpus_from_spec(data.dataset)
+
+
+PARSING = Task(name="parsing", corpus=parsing_corpus, translator_class=Parser, validation_metric=validation_f1,
+               test_scores=parse_scores)

@@ -1,0 +1,55 @@
+"""The parsing task's pieces: the treebank corpus, answers checked (and repaired) against their
+sentences, and the scores of a set of answers."""
+import pytest
+
+from keras_transformer.parsing.corpus import TreebankCorpus, corpus_from_spec, gold_tree, treebank_spec
+from keras_transformer.parsing.task import answer_tree, parse_scores, sequence_of_tree_text
+
+TREES = ["(ROOT (S (NP-SBJ (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .)))",
+         "( (S (NP-SBJ (-NONE- *)) (VP (VB Go) (ADVP (RB away))) (. !)))"]
+
+
+@pytest.fixture
+def treebank(tmp_path):
+    (tmp_path / "train.mrg").write_text("\n".join(TREES) + "\n")
+    (tmp_path / "dev.mrg").write_text(TREES[1] + "\n")
+    return tmp_path
+
+
+def test_treebank_corpus_pairs_symbols_and_spec(treebank):
+    spec = treebank_spec(treebank / "train.mrg", [treebank / "dev.mrg"], treebank / "dev.mrg")
+    corpus = corpus_from_spec(spec)
+    assert list(corpus.pairs("train")) == [("I saw a dog .", "(S (NP PRP ) (VP VBD (NP DT NN ) ) . )"),
+                                           ("Go away !", "(S (VP VB (ADVP RB ) ) . )")]
+    assert corpus.num_pairs("validation") == corpus.num_pairs("test") == 1
+    assert corpus.user_defined_symbols() == tuple("\u2581" + token for token in sorted(
+        ["(S", "(NP", "(VP", "(ADVP", ")", "PRP", "VBD", "DT", "NN", "VB", "RB", "."]))
+    assert [pair for pair in corpus.dataset("validation").as_numpy_iterator()] == [
+        (b"Go away !", b"(S (VP VB (ADVP RB ) ) . )")]
+    assert gold_tree(*next(corpus.pairs("validation"))).to_string() == "(S (VP (VB Go) (ADVP (RB away))) (. !))"
+    with pytest.raises(ValueError, match="train"):
+        TreebankCorpus({"validation": treebank / "dev.mrg"})
+
+
+def test_answers_are_trees_over_the_sentence_or_repaired():
+    tree, repairs = answer_tree("(S (VP (VB Go) (ADVP (RB away))) (. !))", "Go away !")
+    assert repairs is None and tree.words() == ["Go", "away", "!"]
+    tree, repairs = answer_tree("(S (VP (VB Go) (ADVP (RB away)) (. !)", "Go away !")  # unbalanced
+    assert tree.to_string() == "(S (VP (VB Go) (ADVP (RB away)) (. !)))" and repairs.unclosed == 2
+    tree, repairs = answer_tree("(S (VP (VB Go)) (. !))", "Go away !")  # a word missing
+    assert tree.words() == ["Go", "away", "!"] and repairs.missing_words == 1
+    tree, repairs = answer_tree("(S (VP (VB Come) (RB here)) (. !))", "Go away !")  # other words
+    assert tree.to_string() == "(S (VP (VB Go) (RB away)) (. !))" and repairs.other_words
+    assert answer_tree("", "  ") == (None, None)
+    assert answer_tree("(NP (-LRB- -LRB-) (NN x))", "( x")[1] is None
+    assert sequence_of_tree_text("(S (NP (DT a) (NN b)) junk ) )") == "(S (NP DT NN ) ) )"
+
+
+def test_parse_scores_count_repairs_and_score_as_evalb():
+    sentences = ["I saw a dog .", "Go away !"]
+    references = ["(S (NP PRP ) (VP VBD (NP DT NN ) ) . )", "(S (VP VB (ADVP RB ) ) . )"]
+    answers = ["(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))", "(S (VP (VB Go) (PRT (RP away))"]
+    scores = parse_scores(sentences, answers, references)
+    assert scores.repaired == 1 and scores.f1 == 100.0 and scores.sentences == 2  # ADVP = PRT
+    assert scores.tagging_accuracy == pytest.approx(500 / 6)
+    assert "2 sentences, 0 errors, 0 skipped; 1 answers needed repair" in scores.report()

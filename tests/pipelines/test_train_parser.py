@@ -1,0 +1,85 @@
+"""python -m pipelines.train_parser on a small generated treebank, then python -m pipelines.parse with
+its run directory and with its SavedModel; and bad treebanks stopping the job before training."""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer.parsing import parse_tree
+from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from pipelines import train_parser
+from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+SENTENCES = ["the dog saw a cat .", "", "Anna laughed ( quietly ) .", "hello"]
+
+
+def run_module(module, *args, expect=0):
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    process = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, env=env,
+                             cwd=REPOSITORY, timeout=900)
+    assert process.returncode == expect, process.stderr.decode()[-3000:]
+    return process.stdout.decode(), process.stderr.decode()
+
+
+@pytest.fixture(scope="module")
+def toy_treebank(tmp_path_factory):
+    return write_toy_treebank(tmp_path_factory.mktemp("toy"), sizes={"train": 300, "dev": 12, "test": 12})
+
+
+def train_command(paths, workdir, export_dir, steps):
+    return ["--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"], "--preset", "parsing_tiny",
+            "--workdir", workdir, "--export-dir", export_dir, "--train-steps", steps,
+            "--checkpoint-every-steps", 10, "--verbose", 0]
+
+
+@pytest.mark.slow
+def test_train_parser_then_parse(toy_treebank, tmp_path):
+    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
+    stdout, _ = run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, export_dir, 30))
+    assert re.search(r"^dev \(30 steps, .*beam 4, alpha 0.3\): EVALB \(COLLINS.prm\) F1 \d+\.\d\d .* 12 sentences, "
+                     r"\d+ errors, 0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
+    assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
+    assert stdout.strip().endswith(f"SavedModel: {export_dir / '1'}")
+    scores = json.loads((workdir / "test_scores.json").read_text())
+    assert scores["sentences"] == 12 and scores["repaired"] == 0
+    assert (workdir / "tensorboard" / "validation").is_dir()
+    assert json.loads((workdir / "decode_config.json").read_text())["extra_length"] == 300
+    # TF Serving's binary links TF Text 2.20's kernels: only core ops and the SentencePiece ones.
+    registered = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
+    assert {op for op, in_core in registered.items() if not in_core} == SENTENCEPIECE_OPS
+    assert not set(registered) & PYTHON_OPS and "While" in registered
+
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(line + "\n" for line in SENTENCES))
+    outputs = {}
+    for name, model in (("run", workdir), ("saved_model", export_dir)):
+        outputs[name] = tmp_path / f"trees-{name}.txt"
+        _, stderr = run_module("pipelines.parse", "--model", model, "--input", sentences, "--output", outputs[name])
+        assert "0 of 4 answers needed repair" in stderr
+        lines = outputs[name].read_text().splitlines()
+        assert lines[1] == "" and len(lines) == 4
+        for sentence, line in zip(SENTENCES, lines):
+            if sentence:
+                expected = sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
+                assert parse_tree(line).words() == expected
+    assert outputs["run"].read_text() == outputs["saved_model"].read_text()
+
+
+@pytest.mark.parametrize("text, line, what", [
+    ("(S (NP (NN a)) (VP (VB b)))\n(S (NP (NN a)) (VP (VB b))\n", 2, "never closed"),
+    ("(S (NP (NN a)) (VP (VB b)))\nnot a tree\n", 2, "text outside any tree"),
+    ("(S (NP (NN a)) (VP (VB b)))\n(ROOT (S (-NONE- *)))\n", 2, "no words"),
+])
+def test_a_bad_treebank_stops_the_job_before_training(toy_treebank, tmp_path, capsys, text, line, what):
+    bad = tmp_path / "bad.mrg"
+    bad.write_text(text)
+    paths = dict(toy_treebank, dev=bad)
+    assert train_parser.main(list(map(str, train_command(paths, tmp_path / "run", tmp_path / "x", 5)))) == 2
+    stderr = capsys.readouterr().err
+    assert re.search(rf"error: {re.escape(str(bad))}:{line}: .*{what}", stderr), stderr
+    assert not (tmp_path / "run").exists()
