@@ -19,7 +19,9 @@ tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceCon
 
 @pytest.fixture(autouse=True)
 def _seeded():
-    """Every test starts from the same random state and the default dtype policy."""
+    """Every test starts from the same random state and the default dtype policy, and leaves the
+    default policy behind (module-scoped fixtures of the next module are made before this runs)."""
     keras.utils.set_random_seed(1234)
     keras.config.set_dtype_policy("float32")
     yield
+    keras.config.set_dtype_policy("float32")
