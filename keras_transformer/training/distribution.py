@@ -123,9 +123,9 @@ def set_mixed_precision(mode: str) -> str:
     global _warned_float16_without_gpu
     policy = mixed_precision_policy(mode)
     if policy == "mixed_float16" and not tf.config.list_logical_devices("GPU") and not _warned_float16_without_gpu:
-        logger.warning("mixed_float16 without a GPU: CPUs have no float16 arithmetic and emulate it, so this "
-                       "runs several times slower than float32; use it here only to test what runs on GPUs "
-                       "(mixed_bfloat16 is the fast choice on CPUs with AVX512_BF16 or AMX)")
+        logger.warning("mixed_float16 without a GPU: TensorFlow's CPU kernels compute most float16 ops by "
+                       "converting to float32 and back, so this is slower than float32 here; use it to test "
+                       "what runs on GPUs (on CPUs with AVX512_BF16 or AMX, mixed_bfloat16 is the fast choice)")
         _warned_float16_without_gpu = True
     keras.config.set_dtype_policy(policy)
     return policy
