@@ -130,7 +130,7 @@ def run_job(args, configs, workdir, task=None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("keras_transformer").setLevel(logging.INFO)  # restored/saved checkpoints, data position
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
-    from keras_transformer.training.distribution import select_strategy
+    from keras_transformer.training.distribution import XlaCompilationError, select_strategy
     from keras_transformer.training.run import train_and_evaluate
     from keras_transformer.training.task import TRANSLATION
 
@@ -139,7 +139,7 @@ def run_job(args, configs, workdir, task=None):
         result = train_and_evaluate(workdir, configs, strategy=strategy, export_dir=export_dir,
                                     export_precision=args.export_precision, verbose=args.verbose,
                                     task=task or TRANSLATION)
-    except TrainingDiverged as error:
+    except (TrainingDiverged, XlaCompilationError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1, None
     except TrainingInterrupted as error:
