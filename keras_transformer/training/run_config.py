@@ -211,6 +211,7 @@ def apply_overrides(configs: RunConfigs, assignments) -> RunConfigs:
     """configs with `FIELD=VALUE` or `CONFIG.FIELD=VALUE` assignments applied (CONFIG: model, train,
     data, decode, run)."""
     changes = {name: {} for name in RunConfigs.FILENAMES}
+    sources = {name: [] for name in RunConfigs.FILENAMES}  # the assignments behind each config's changes
     for assignment in assignments:
         key, separator, text = assignment.partition("=")
         _require(separator, f"--set takes FIELD=VALUE, got {assignment!r}")
@@ -226,5 +227,12 @@ def apply_overrides(configs: RunConfigs, assignments) -> RunConfigs:
         _require(len(candidates) == 1, f"--set {assignment}: {field!r} is a field of {', '.join(candidates)}; "
                  f"qualify it, e.g. {candidates[0]}.{field}={text}")
         changes[candidates[0]][field] = _parse_value(text.strip(), fields[field].type, f"--set {assignment}")
-    return dataclasses.replace(configs, **{name: dataclasses.replace(getattr(configs, name), **values)
-                                           for name, values in changes.items() if values})
+        sources[candidates[0]].append(assignment)
+    replaced = {}
+    for name, values in changes.items():
+        if values:
+            try:
+                replaced[name] = dataclasses.replace(getattr(configs, name), **values)
+            except ValueError as error:  # the config's own check: say which settings led to it
+                raise ValueError(f"{', '.join(sources[name])}: {error}") from None
+    return dataclasses.replace(configs, **replaced)

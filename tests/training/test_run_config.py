@@ -62,6 +62,16 @@ def test_flags_become_overrides():
     assert configs.data.dataset == "numbers"
 
 
+def test_an_unknown_precision_is_one_error_naming_the_flag_and_the_value(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_wmt.parse_args(["--mixed-precision", "fp16"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --mixed-precision: invalid choice: 'fp16'" in error and "mixed_float16" in error
+    with pytest.raises(ValueError, match="^run.mixed_precision=fp16: RunConfig.mixed_precision must be one of"):
+        train_wmt.build_configs(train_wmt.parse_args(["--set", "run.mixed_precision=fp16"]))
+
+
 def test_micro_batch_budget_splits_the_step_over_replicas_and_micro_batches():
     train = TrainConfig(tokens_per_batch=25_000)
     # The paper's 8 GPUs, and one GPU accumulating 8 micro-batches, get the same micro-batch.
