@@ -9,7 +9,9 @@ by every size, untimed), then runs a fresh training process (the `tiny` preset, 
 
     peak_rss_mb                  VmHWM of the training process at step 10
     seconds_to_first_step        from the start of the job (corpus, vocabulary reused, model, stream)
-                                 to the end of the first training step; includes the files' check
+                                 to the end of the first training step; includes the files' check,
+                                 which each size runs twice: the first time (file_check "first") and
+                                 again, when the check is remembered ("remembered")
     input_tokens_per_second      real target tokens per second of the training stream alone (batches
                                  after a warm-up, the same count at every size)
 
@@ -23,6 +25,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -186,15 +189,20 @@ def main():
     learn_vocabulary(workdir, corpora[min(args.pairs)])
     results = []
     for num_pairs in args.pairs:
-        command = [sys.executable, os.path.abspath(__file__), "--child", str(num_pairs), "--workdir", str(workdir),
-                   "--steps", str(args.steps), "--pipeline-batches", str(args.pipeline_batches)]
-        output = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
-        record = json.loads(output.strip().splitlines()[-1])
+        # First with no remembered file check (the files are read once to check them), then again.
+        checks = workdir / f"checks-{num_pairs}"
+        shutil.rmtree(checks, ignore_errors=True)
+        for file_check in ("first", "remembered"):
+            command = [sys.executable, os.path.abspath(__file__), "--child", str(num_pairs), "--workdir",
+                       str(workdir), "--steps", str(args.steps), "--pipeline-batches", str(args.pipeline_batches)]
+            output = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                                    env=dict(os.environ, KT_CORPUS_CHECK_CACHE=str(checks))).stdout
+            record = dict(json.loads(output.strip().splitlines()[-1]), file_check=file_check)
+            emit(task="corpus_scale", preset=PRESET, steps=args.steps, **record)
+            log(f"{num_pairs:>11,} pairs ({record['corpus_mb']:,.0f} MB, file check {file_check}): peak RSS "
+                f"{record['peak_rss_mb']:,.0f} MB, first step after {record['seconds_to_first_step']:.1f} s, "
+                f"input {record['input_tokens_per_second']:,.0f} target tok/s")
         results.append(record)
-        emit(task="corpus_scale", preset=PRESET, steps=args.steps, **record)
-        log(f"{num_pairs:>11,} pairs ({record['corpus_mb']:,.0f} MB): peak RSS {record['peak_rss_mb']:,.0f} MB, "
-            f"first step after {record['seconds_to_first_step']:.1f} s, "
-            f"input {record['input_tokens_per_second']:,.0f} target tok/s")
     smallest = results[0]
     for record in results[1:]:
         log(f"{record['pairs']:,} vs {smallest['pairs']:,}: RSS +{record['peak_rss_mb'] - smallest['peak_rss_mb']:.0f} MB "

@@ -6,7 +6,7 @@ tf.data.Dataset of scalar tf.string pairs, which is what the input pipeline read
 
 Local files are streamed (text_files.py): never held whole in memory nor in a graph, so a corpus
 may be larger than RAM. Each split's files are checked once, streaming, the first time the split is
-used: a bad file is reported with its path, the 1-based line number and the offending value,
+used (and remembered across processes while the files are unchanged, see text_files.py): a bad file is reported with its path, the 1-based line number and the offending value,
 before any training starts. Lines where either side is empty (after stripping surrounding
 whitespace) are skipped and counted, never fatal; the count is logged and kept in
 `LocalParallelCorpus.skipped_empty[split]`.
@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.text_files import (CorpusFormatError, aligned_pairs, check_aligned_files, check_tsv,
-                                               holdout_indices, iterate_pairs, tsv_pairs)
+                                               holdout_indices, iterate_pairs, remembered_check, tsv_pairs)
 
 SPLITS = ("train", "validation", "test")
 
@@ -152,8 +152,11 @@ class LocalParallelCorpus(Corpus):
             raise ValueError(f"{self.name}: no files for split {split!r}; it has {sorted(self.files)}")
         num_pairs = skipped = 0
         for entry in self._entries(split):
-            counts = (check_aligned_files(*entry) if isinstance(entry, tuple)
-                      else check_tsv(entry, self.tsv_columns))
+            if isinstance(entry, tuple):
+                counts = remembered_check(entry, "aligned", lambda: check_aligned_files(*entry))
+            else:
+                counts = remembered_check([entry], {"tsv_columns": self.tsv_columns},
+                                          lambda: check_tsv(entry, self.tsv_columns))
             num_pairs, skipped = num_pairs + counts.num_pairs, skipped + counts.num_skipped_empty
         self.skipped_empty[split] = skipped
         if skipped:

@@ -8,17 +8,31 @@ file before the target file), a TSV line without the expected columns, aligned f
 lengths (both counts, once). They return how many pairs are kept and how many were skipped for an
 empty side.
 
+A check's result is remembered (`remembered_check`) under KT_CORPUS_CHECK_CACHE (default
+~/.cache/keras_transformer/corpus_checks; "none" turns it off), keyed by each file's absolute path,
+size and modification time: a restarted run, or a second run on the same files, does not read them
+again to check them. A file rewritten in place with the same size and modification time (as
+`cp -p` or `rsync -t` can do) would keep its old result: delete the folder then.
+
 `aligned_pairs` and `tsv_pairs` give the kept pairs as a tf.data.Dataset of scalar tf.string pairs,
 with surrounding whitespace stripped as Python's str.strip() strips it.
 """
 import dataclasses
+import hashlib
+import json
+import logging
+import os
 import pathlib
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
 PathLike = Union[str, pathlib.Path]
+
+CHECK_CACHE_ENV = "KT_CORPUS_CHECK_CACHE"
+
+logger = logging.getLogger(__name__)
 
 # Lines are checked and stripped this many at a time: one op per batch instead of one per line.
 LINES_PER_BATCH = 8192
@@ -219,3 +233,48 @@ def holdout_indices(num_pairs: int, num_validation: int, num_test: int, seed: in
     random.Random(seed).shuffle(order)
     return (np.sort(order[:num_validation]),
             np.sort(order[num_validation:num_validation + num_test]))
+
+
+def _check_cache_directory() -> Optional[pathlib.Path]:
+    configured = os.environ.get(CHECK_CACHE_ENV, "")
+    if configured.lower() == "none":
+        return None
+    if configured:
+        return pathlib.Path(configured).expanduser()
+    return pathlib.Path.home() / ".cache" / "keras_transformer" / "corpus_checks"
+
+
+def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], FileCounts]) -> FileCounts:
+    """`check()`'s result for these files, read from the check cache if it holds one for the files as
+    they are now (same absolute paths, sizes and modification times, same options); else checks and
+    remembers the result. A check that raises is never remembered."""
+    files = []
+    for path in paths:
+        path = pathlib.Path(path).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file not found: {path}")
+        status = path.stat()
+        files.append([str(path), status.st_size, status.st_mtime_ns])
+    key = json.loads(json.dumps({"files": files, "options": options}))  # as it reads back (lists, not tuples)
+    directory = _check_cache_directory()
+    record_path = None
+    if directory is not None:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        record_path = directory / f"{digest}.json"
+        try:
+            record = json.loads(record_path.read_text())
+            if record["key"] == key:
+                logger.info("%s: checked before (%s)", ", ".join(str(path) for path in paths), record_path)
+                return FileCounts(**record["counts"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    counts = check()
+    if record_path is not None:
+        try:
+            record_path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = record_path.with_name(record_path.name + f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"key": key, "counts": dataclasses.asdict(counts)}))
+            temporary.replace(record_path)
+        except OSError as error:  # a read-only home only costs the next run a check
+            logger.warning("could not remember the check of %s: %s", paths, error)
+    return counts

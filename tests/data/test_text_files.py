@@ -67,3 +67,28 @@ def test_holdout_reads_the_same_pairs_streamed_and_in_python(tmp_path):
         streamed = [(s.decode(), t.decode()) for s, t in corpus.dataset(split).as_numpy_iterator()]
         assert streamed == list(corpus.pairs(split)) and len(streamed) == corpus.num_pairs(split) == size
     assert max(int(s[1:]) for s, _ in corpus.pairs("test")) > LINES  # beyond the first batch of lines
+
+
+def test_a_check_is_remembered_while_the_files_are_unchanged(tmp_path, monkeypatch):
+    from keras_transformer.data import corpora
+
+    source = write_text(tmp_path / "train.en", ["one", "", "three"])
+    target = write_text(tmp_path / "train.de", ["eins", "zwei", "drei"])
+    tsv = write_text(tmp_path / "test.tsv", ["a\tb\tc", "d\te\tf"])
+    files = {"train": (source, target), "test": tsv}
+    first = LocalParallelCorpus(files, tsv_columns=(0, 2))
+    assert (first.num_pairs("train"), first.num_pairs("test"), first.skipped_empty) == (2, 2, {"train": 1, "test": 0})
+
+    def no_check(*args):
+        raise AssertionError("the files were read again")
+
+    monkeypatch.setattr(corpora, "check_aligned_files", no_check)
+    monkeypatch.setattr(corpora, "check_tsv", no_check)
+    again = LocalParallelCorpus(files, tsv_columns=(0, 2))
+    assert (again.num_pairs("train"), again.num_pairs("test"), again.skipped_empty) == (2, 2, {"train": 1, "test": 0})
+    with pytest.raises(AssertionError, match="read again"):  # other columns: another check
+        LocalParallelCorpus(files, tsv_columns=(0, 1)).num_pairs("test")
+    monkeypatch.undo()
+    write_text(target, b"eins\nzwei\ndr\xe9i\n")  # changed: checked again, and found bad
+    with pytest.raises(CorpusFormatError, match=rf"{target}:3: invalid UTF-8"):
+        LocalParallelCorpus(files).num_pairs("train")
