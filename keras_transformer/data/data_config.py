@@ -34,7 +34,7 @@ class DataConfig(JsonConfig):
         many pairs, each permuted at random and batched on its own. A restarted run drops the
         segments before its position unread by the tokenizer, so a restart tokenizes at most one
         segment again; the last batch of each bucket in a segment may be partial. A segment of
-        250,000 pairs of 37 target tokens took 26 CPU-seconds to tokenize and batch (README, results).
+        250,000 pairs of 37 target tokens took about 25 CPU-seconds to tokenize and batch (README, results).
       seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
         The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
       num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.
