@@ -74,7 +74,8 @@ def write_corpus(directory: pathlib.Path, num_pairs: int) -> tuple[pathlib.Path,
     frequencies /= frequencies.sum()
     started = time.perf_counter()
     temporary_source, temporary_target = (path.with_name(path.name + ".tmp") for path in (source_path, target_path))
-    with open(temporary_source, "w", encoding="utf-8") as sources, open(temporary_target, "w", encoding="utf-8") as targets:
+    with (open(temporary_source, "w", encoding="utf-8") as sources,
+          open(temporary_target, "w", encoding="utf-8") as targets):
         for chunk_start in range(0, num_pairs, LINES_PER_CHUNK):
             rng = np.random.default_rng([1, chunk_start])
             count = min(LINES_PER_CHUNK, num_pairs - chunk_start)
@@ -208,7 +209,8 @@ def main():
         results.append(record)
     smallest = results[0]
     for record in results[1:]:
-        log(f"{record['pairs']:,} vs {smallest['pairs']:,}: RSS +{record['peak_rss_mb'] - smallest['peak_rss_mb']:.0f} MB "
+        growth = record["peak_rss_mb"] - smallest["peak_rss_mb"]
+        log(f"{record['pairs']:,} vs {smallest['pairs']:,}: RSS +{growth:.0f} MB "
             f"(goal <= 300), tok/s x{record['input_tokens_per_second'] / smallest['input_tokens_per_second']:.3f} "
             f"(goal >= 0.9; per CPU-second x"
             f"{record['input_tokens_per_cpu_second'] / smallest['input_tokens_per_cpu_second']:.3f}), "

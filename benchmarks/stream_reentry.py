@@ -30,7 +30,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4_500_000, help="pairs of the epoch (WMT14 en-de: 4.5M)")
     parser.add_argument("--workdir", default="/tmp/kt_corpus_scale")
-    parser.add_argument("--segment-pairs", type=int, default=None, help="DataConfig.segment_pairs (default: its default)")
+    parser.add_argument("--segment-pairs", type=int, default=None,
+                        help="DataConfig.segment_pairs (default: DataConfig's)")
     return parser.parse_args()
 
 
