@@ -6,8 +6,9 @@ tf.data.Dataset of scalar tf.string pairs, which is what the input pipeline read
 
 Local files are streamed (text_files.py): never held whole in memory nor in a graph, so a corpus
 may be larger than RAM. Each split's files are checked once, streaming, the first time the split is
-used (and remembered across processes while the files are unchanged, see text_files.py): a bad file is reported with its path, the 1-based line number and the offending value,
-before any training starts. Lines where either side is empty (after stripping surrounding
+used (and remembered across processes while the files are unchanged, see text_files.py): a bad
+file is reported with its path, the 1-based line number and the offending value, before any
+training starts. Lines where either side is empty (after stripping surrounding
 whitespace) are skipped and counted, never fatal; the count is logged and kept in
 `LocalParallelCorpus.skipped_empty[split]`.
 """
