@@ -4,8 +4,11 @@ Eight logical CPU devices exist for the whole session, so that tests can compare
 over 8 replicas with one device; they must be declared before TensorFlow runs its first op.
 """
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Corpus file checks are remembered here, not in the home folder (subprocesses inherit it).
+os.environ.setdefault("KT_CORPUS_CHECK_CACHE", tempfile.mkdtemp(prefix="kt_corpus_checks_"))
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

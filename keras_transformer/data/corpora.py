@@ -4,18 +4,24 @@ Every source (TFDS WMT14, local files, the generated `numbers` corpus) is a `Cor
 `corpus.pairs(split)` yields Python str pairs, `corpus.dataset(split)` gives the same pairs as a
 tf.data.Dataset of scalar tf.string pairs, which is what the input pipeline reads.
 
-Local files are read and checked eagerly: a bad file is reported with its path, the 1-based line
-number and the offending value, before any training starts. Lines where either side is empty (after
-stripping surrounding whitespace) are skipped and counted, never fatal; the count is logged and kept
-in `LocalParallelCorpus.skipped_empty[split]`.
+Local files are streamed (text_files.py): never held whole in memory nor in a graph, so a corpus
+may be larger than RAM. Each split's files are checked once, streaming, the first time the split is
+used (and remembered across processes while the files are unchanged, see text_files.py): a bad
+file is reported with its path, the 1-based line number and the offending value, before any
+training starts. Lines where either side is empty (after stripping surrounding
+whitespace) are skipped and counted, never fatal; the count is logged and kept in
+`LocalParallelCorpus.skipped_empty[split]`.
 """
 import abc
 import logging
 import pathlib
-import random
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
+
+from keras_transformer.data.text_files import (CorpusFormatError, aligned_pairs, check_aligned_files, check_tsv,
+                                               holdout_indices, iterate_pairs, remembered_check, tsv_pairs)
 
 SPLITS = ("train", "validation", "test")
 
@@ -23,9 +29,7 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, pathlib.Path]
 
-
-class CorpusFormatError(ValueError):
-    """A corpus file is malformed; the message names the file, the 1-based line and the value."""
+__all__ = ["SPLITS", "Corpus", "CorpusFormatError", "LocalParallelCorpus", "check_split", "read_aligned_files"]
 
 
 def check_split(split):
@@ -52,7 +56,10 @@ class Corpus(abc.ABC):
         """Yields (source, target) str pairs of `split`, in the corpus's own order."""
 
     def dataset(self, split: str) -> tf.data.Dataset:
-        """The pairs of `split` as a tf.data.Dataset of (source, target) scalar tf.string tensors."""
+        """The pairs of `split` as a tf.data.Dataset of (source, target) scalar tf.string tensors.
+
+        This default holds the split in memory (as a constant); corpora larger than memory override it.
+        """
         sources, targets = [], []
         for source, target in self.pairs(split):
             sources.append(source)
@@ -76,81 +83,12 @@ class Corpus(abc.ABC):
         return f"{type(self).__name__}({self.name}, {self.source_language}->{self.target_language})"
 
 
-def _decode_line(raw: bytes, path: PathLike, line_number: int) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        bad = raw[max(0, error.start - 10):error.end + 10]
-        raise CorpusFormatError(
-            f"{path}:{line_number}: invalid UTF-8 at byte {error.start} of the line "
-            f"(bytes around it: {bad!r})") from None
-
-
-def read_lines(path: PathLike) -> list[str]:
-    """The lines of a UTF-8 text file, without line terminators; raises CorpusFormatError."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file not found: {path}")
-    with open(path, "rb") as handle:
-        return [_decode_line(raw, path, number).rstrip("\r\n")
-                for number, raw in enumerate(handle, start=1)]
-
-
 def read_aligned_files(source_path: PathLike, target_path: PathLike
                        ) -> tuple[list[tuple[str, str]], int]:
-    """Pairs from two line-aligned files; returns (pairs, number of skipped empty lines)."""
-    sources, targets = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(targets):
-        shorter, longer = sorted([(len(sources), source_path), (len(targets), target_path)],
-                                 key=lambda item: item[0])
-        raise CorpusFormatError(
-            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
-            f"aligned files must have the same number of lines; line {shorter[0] + 1} of "
-            f"{longer[1]} has no counterpart in {shorter[1]}")
-    return _drop_empty(zip(sources, targets))
-
-
-def read_tsv(path: PathLike, columns: Optional[Sequence[int]] = None
-             ) -> tuple[list[tuple[str, str]], int]:
-    """Pairs from a TSV file; returns (pairs, number of skipped empty lines).
-
-    Args:
-      path: the TSV file, one pair per line.
-      columns: None (strict) means every line has exactly two fields separated by exactly one tab.
-        Otherwise the 0-based (source, target) columns to keep; the line may have more fields (for
-        example the attribution column of newer Tatoeba exports), but must have these two.
-    """
-    pairs = []
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            pairs.append(("", ""))
-            continue
-        fields = line.split("\t")
-        if columns is None:
-            if len(fields) != 2:
-                raise CorpusFormatError(
-                    f"{path}:{number}: expected exactly one tab (source TAB target), found "
-                    f"{len(fields) - 1}: {line!r}. Pass columns=(i, j) to pick two columns of a "
-                    f"file with more fields.")
-            pairs.append((fields[0], fields[1]))
-        else:
-            if len(fields) <= max(columns):
-                raise CorpusFormatError(
-                    f"{path}:{number}: expected at least {max(columns) + 1} tab-separated fields "
-                    f"(columns {tuple(columns)}), found {len(fields)}: {line!r}")
-            pairs.append((fields[columns[0]], fields[columns[1]]))
-    return _drop_empty(pairs)
-
-
-def _drop_empty(pairs) -> tuple[list[tuple[str, str]], int]:
-    kept, skipped = [], 0
-    for source, target in pairs:
-        source, target = source.strip(), target.strip()
-        if source and target:
-            kept.append((source, target))
-        else:
-            skipped += 1
-    return kept, skipped
+    """Pairs from two line-aligned files, as a list (for small files such as test sets); returns
+    (pairs, number of skipped empty lines). Raises CorpusFormatError."""
+    counts = check_aligned_files(source_path, target_path)
+    return list(iterate_pairs(aligned_pairs(source_path, target_path))), counts.num_skipped_empty
 
 
 # A split's files: (source path, target path) for aligned plain-text files, or one TSV path, or a
@@ -198,62 +136,103 @@ class LocalParallelCorpus(Corpus):
         self.source_language, self.target_language = (
             (target_language, source_language) if reverse else (source_language, target_language))
         self.skipped_empty: dict[str, int] = {}
-        self._pairs: dict[str, list[tuple[str, str]]] = {}
+        self._num_pairs: dict[str, int] = {}
+        self._holdout: Optional[dict[str, np.ndarray]] = None  # sorted int64 pair indices
 
-    def _read(self, split_files: SplitFiles) -> tuple[list[tuple[str, str]], int]:
+    def _entries(self, split: str) -> list[FileEntry]:
+        split_files = self.files[split]
         entries = split_files if isinstance(split_files, list) else [split_files]
-        pairs, skipped = [], 0
         for entry in entries:
-            if isinstance(entry, tuple):
-                if len(entry) != 2:
-                    raise ValueError(f"{self.name}: expected (source path, target path), got {entry}")
-                entry_pairs, entry_skipped = read_aligned_files(*entry)
-            else:
-                entry_pairs, entry_skipped = read_tsv(entry, self.tsv_columns)
-            pairs.extend(entry_pairs)
-            skipped += entry_skipped
-        return pairs, skipped
+            if isinstance(entry, tuple) and len(entry) != 2:
+                raise ValueError(f"{self.name}: expected (source path, target path), got {entry}")
+        return entries
 
-    def _load(self, split: str) -> list[tuple[str, str]]:
-        if split in self._pairs:
-            return self._pairs[split]
+    def _check(self, split: str) -> None:
+        """Checks the files of `split` once (streaming) and counts its pairs; raises CorpusFormatError."""
+        if split in self._num_pairs:
+            return
         if self.holdout is not None and split != "train":
-            self._load("train")
-        elif split not in self.files:
+            self._check("train")
+            return
+        if split not in self.files:
             raise ValueError(f"{self.name}: no files for split {split!r}; it has {sorted(self.files)}")
-        else:
-            pairs, skipped = self._read(self.files[split])
-            if self.reverse:
-                pairs = [(target, source) for source, target in pairs]
-            self.skipped_empty[split] = skipped
-            if skipped:
-                logger.warning("%s/%s: skipped %d line(s) with an empty side", self.name, split, skipped)
-            if self.holdout is None:
-                self._pairs[split] = pairs
+        num_pairs = skipped = 0
+        for entry in self._entries(split):
+            if isinstance(entry, tuple):
+                counts = remembered_check(entry, "aligned", lambda: check_aligned_files(*entry))
             else:
-                self._split_holdout(pairs)
-        return self._pairs[split]
+                counts = remembered_check([entry], {"tsv_columns": self.tsv_columns},
+                                          lambda: check_tsv(entry, self.tsv_columns))
+            num_pairs, skipped = num_pairs + counts.num_pairs, skipped + counts.num_skipped_empty
+        self.skipped_empty[split] = skipped
+        if skipped:
+            logger.warning("%s/%s: skipped %d line(s) with an empty side", self.name, split, skipped)
+        if self.holdout is None:
+            self._num_pairs[split] = num_pairs
+        else:
+            self._split_holdout(num_pairs)
 
-    def _split_holdout(self, pairs):
+    def _split_holdout(self, num_pairs: int):
         num_validation, num_test = self.holdout
-        if num_validation + num_test >= len(pairs):
+        if num_validation + num_test >= num_pairs:
             raise ValueError(f"{self.name}: holdout {self.holdout} leaves no training pairs out of "
-                             f"{len(pairs)}")
-        order = list(range(len(pairs)))
-        random.Random(self.seed).shuffle(order)
-        validation = set(order[:num_validation])
-        test = set(order[num_validation:num_validation + num_test])
-        self._pairs["validation"] = [pairs[i] for i in sorted(validation)]
-        self._pairs["test"] = [pairs[i] for i in sorted(test)]
-        self._pairs["train"] = [pair for i, pair in enumerate(pairs)
-                                if i not in validation and i not in test]
+                             f"{num_pairs}")
+        validation, test = holdout_indices(num_pairs, num_validation, num_test, self.seed)
+        self._holdout = {"validation": validation, "test": test,
+                         "held_out": np.sort(np.concatenate([validation, test]))}
+        self._num_pairs.update(train=num_pairs - num_validation - num_test, validation=num_validation,
+                               test=num_test)
         self.skipped_empty.setdefault("validation", 0)
         self.skipped_empty.setdefault("test", 0)
 
+    def _file_pairs(self, split: str) -> tf.data.Dataset:
+        """The kept pairs of the files of `split`, in file order, as given (before reverse)."""
+        datasets = [aligned_pairs(*entry) if isinstance(entry, tuple) else tsv_pairs(entry, self.tsv_columns)
+                    for entry in self._entries(split)]
+        pairs = datasets[0]
+        for dataset in datasets[1:]:
+            pairs = pairs.concatenate(dataset)
+        return pairs
+
+    def dataset(self, split: str) -> tf.data.Dataset:
+        """The pairs of `split`, streamed from the files (never held whole in memory or in the graph)."""
+        check_split(split)
+        self._check(split)
+        if self._num_pairs[split] == 0:
+            raise ValueError(f"{self.name}: split {split!r} has no sentence pairs")
+        if self.holdout is None:
+            pairs = self._file_pairs(split)
+        else:
+            pairs = self._file_pairs("train").enumerate()
+            if split == "train":
+                held_out = self._holdout["held_out"]
+                pairs = pairs.filter(lambda index, pair: tf.logical_not(_is_in(index, held_out)))
+            else:
+                chosen = self._holdout[split]
+                pairs = pairs.filter(lambda index, pair: _is_in(index, chosen))
+            pairs = pairs.map(lambda index, pair: pair)
+        if self.reverse:
+            pairs = pairs.map(lambda source, target: (target, source))
+        return pairs
+
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:
         check_split(split)
-        return iter(self._load(split))
+        self._check(split)
+        if self._num_pairs[split] == 0:
+            return iter(())
+        return iterate_pairs(self.dataset(split))
 
     def num_pairs(self, split: str) -> int:
         check_split(split)
-        return len(self._load(split))
+        self._check(split)
+        return self._num_pairs[split]
+
+
+def _is_in(index: tf.Tensor, sorted_indices: np.ndarray) -> tf.Tensor:
+    """Whether the int64 scalar `index` is one of `sorted_indices` (ascending int64)."""
+    if sorted_indices.size == 0:
+        return tf.constant(False)
+    sorted_indices = tf.constant(sorted_indices, tf.int64)
+    position = tf.searchsorted(sorted_indices, tf.reshape(index, [1]))[0]
+    found = tf.gather(sorted_indices, tf.minimum(position, tf.size(sorted_indices, tf.int32) - 1))
+    return tf.logical_and(position < tf.size(sorted_indices, tf.int32), tf.equal(found, index))

@@ -1,22 +1,24 @@
-"""The training batches as an endless stream of epochs that a restarted run can re-enter exactly.
+"""The training batches as an endless stream of epochs that a restarted run can re-enter exactly and fast.
 
-Epoch e reads the training pairs in an order fixed by (seed, e): blocks of shuffle_buffer_size pairs
-are permuted by stateless random ops seeded with (seed, e, block), then
-`keras_transformer.data.make_dataset` shuffles (with its own fixed seed) and batches them by length.
-Stateless ops make the order a pure function of (seed, e): nothing depends on how many epochs the
-process has seen, so a restarted run rebuilds epoch e exactly.
-Each batch carries its position, (e, index of the batch in epoch e), and the training step records
-the position of the last batch it consumed in a DataPosition, saved with every checkpoint. A run
-that restarts from a checkpoint rebuilds the stream from epoch e, skips the `batch` batches of it
-already consumed, and so sees exactly the batches the uninterrupted run would have seen next.
+An epoch is read in segments of config.segment_pairs consecutive training pairs. Segment k of epoch
+e is permuted at random by stateless random ops seeded with (seed, e, k), then tokenized, bucketed
+and batched by `keras_transformer.data.make_dataset` on its own: a segment's batches depend on its
+pairs only (its last batch of each bucket may be partial), and the order is a pure function of
+(seed, e): nothing depends on how many epochs the process has seen.
+Each batch carries its position, (e, k, index of the batch in segment k), and the training step
+records the position of the last batch it consumed in a DataPosition, saved with every checkpoint.
+A run that restarts from a checkpoint rebuilds the stream from epoch e, drops the k segments
+before the position as text (they are read, never tokenized), then skips the batches of segment k
+already consumed. So a restart tokenizes at most one segment again, wherever the position is in
+the epoch, and sees exactly the batches the uninterrupted run would have seen next.
 
 Elements, for the training step (`TrainingTransformer.train_step`):
     {"batch": ((source_ids (B, S), target_input_ids (B, T)), target_output_ids (B, T)),
-     "position": int64 (2,) [epoch, batch index]}
+     "position": int64 (3,) [epoch, segment, batch index in the segment]}
 or, with gradient accumulation over K micro-batches (see `pack_micro_batches`),
     {"micro_batches": {"source_ids", "target_input_ids", "target_output_ids": int32 (K, budget),
                        "shapes": int32 (K, 3) [B, S, T]},
-     "position": int64 (2,) of the last micro-batch}
+     "position": int64 (3,) of the last micro-batch}
 """
 from typing import Optional
 
@@ -24,13 +26,15 @@ import tensorflow as tf
 
 from keras_transformer.data import Corpus, DataConfig, SubwordTokenizer, make_dataset
 
-_POSITION_SHIFT = 2 ** 32
+# A position as one int64 key that orders positions: ((epoch * 2^24 + segment) * 2^24 + batch + 1).
+_FIELD = 2 ** 24
 
 
 class DataPosition(tf.Module):
-    """Where the training stream stands: the epoch, and how many of its batches were consumed.
+    """Where the training stream stands: the epoch, its segment, and how many of the segment's
+    batches were consumed.
 
-    Both are int64 variables, created under the strategy's scope, written by the training step
+    All three are int64 variables, created under the strategy's scope, written by the training step
     (the first replica's value wins; every replica writes the same) and saved in the checkpoint.
     """
 
@@ -38,69 +42,76 @@ class DataPosition(tf.Module):
         super().__init__(name=name)
         aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch", aggregation=aggregation)
+        self.segment = tf.Variable(0, dtype=tf.int64, trainable=False, name="segment", aggregation=aggregation)
         self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch", aggregation=aggregation)
 
     def record(self, positions):
-        """Records that the batches at `positions` (..., 2) [epoch, index] were consumed.
+        """Records that the batches at `positions` (..., 3) [epoch, segment, index] were consumed.
 
         Under a strategy the replicas consumed different batches; the position after the step is
         after the last of them, gathered from all replicas.
         """
-        keys = tf.reshape(positions[..., 0] * _POSITION_SHIFT + positions[..., 1] + 1, [-1])
+        keys = tf.reshape((positions[..., 0] * _FIELD + positions[..., 1]) * _FIELD + positions[..., 2] + 1, [-1])
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             keys = context.all_gather(keys, axis=0)
         key = tf.reduce_max(keys)
-        self.epoch.assign(key // _POSITION_SHIFT)
-        self.batch.assign(key % _POSITION_SHIFT)
+        self.epoch.assign(key // (_FIELD * _FIELD))
+        self.segment.assign(key // _FIELD % _FIELD)
+        self.batch.assign(key % _FIELD)
 
     def value(self):
-        """(epoch, consumed batches of it) as Python ints."""
-        return int(self.epoch.numpy()), int(self.batch.numpy())
+        """(epoch, segment, consumed batches of the segment) as Python ints."""
+        return int(self.epoch.numpy()), int(self.segment.numpy()), int(self.batch.numpy())
 
 
-def epoch_order(pairs: tf.data.Dataset, block_size: int, seed: int, epoch) -> tf.data.Dataset:
-    """The pairs of epoch `epoch` (an int64 scalar tensor): each block of block_size pairs permuted at
-    random, the permutation a function of (seed, epoch, block index) only."""
-    epoch_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
-
-    def permute(index, block):
-        sources, targets = block  # (N,) strings each
-        keys = tf.random.stateless_uniform(tf.shape(sources), seed=tf.random.experimental.stateless_fold_in(
-            epoch_seed, index))
-        order = tf.argsort(keys)
-        return tf.data.Dataset.from_tensor_slices((tf.gather(sources, order), tf.gather(targets, order)))
-
-    return pairs.batch(block_size).enumerate().flat_map(permute)
+def _permuted(sources, targets, seed):
+    """(N,) sources and targets in an order drawn by stateless random ops from `seed` (2,)."""
+    order = tf.argsort(tf.random.stateless_uniform(tf.shape(sources), seed=seed))
+    return tf.gather(sources, order), tf.gather(targets, order)
 
 
 def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, epoch,
-                   input_context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
-    """Epoch `epoch` (an int64 scalar tensor): its batches, each with its position."""
-    shuffled = epoch_order(pairs, config.shuffle_buffer_size, config.seed, epoch)
-    batches = make_dataset(shuffled, tokenizer, config, training=True, input_context=input_context)
-    return batches.enumerate().map(lambda index, batch: {"batch": batch, "position": tf.stack([epoch, index])})
+                   first_segment, skip, input_context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+    """Epoch `epoch` (an int64 scalar tensor) from batch `skip` of segment `first_segment` on: its
+    batches, each with its position."""
+    epoch_seed = tf.stack([tf.constant(config.seed, tf.int64), tf.cast(epoch, tf.int64)])
+
+    def segment_batches(segment, block):
+        shuffled = tf.data.Dataset.from_tensor_slices(
+            _permuted(*block, tf.random.experimental.stateless_fold_in(epoch_seed, segment)))
+        batches = make_dataset(shuffled, tokenizer, config, training=False, input_context=input_context)
+        batches = batches.enumerate().map(
+            lambda index, batch: {"batch": batch, "position": tf.stack([epoch, segment, index])})
+        return batches.skip(tf.where(tf.equal(segment, first_segment), skip, tf.constant(0, tf.int64)))
+
+    # The segments before first_segment are read as text and dropped, never tokenized nor batched.
+    segments = pairs.skip(first_segment * config.segment_pairs).batch(config.segment_pairs)
+    return segments.enumerate(start=first_segment).flat_map(segment_batches)
 
 
 def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataConfig, *, start_epoch: int = 0,
-                    start_batch: int = 0, accumulate_steps: int = 1,
+                    start_segment: int = 0, start_batch: int = 0, accumulate_steps: int = 1,
                     input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
-    """The endless stream of training elements from (start_epoch, start_batch) on; see the module doc.
+    """The endless stream of training elements from a DataPosition's value on; see the module doc.
 
     Args:
       corpus, tokenizer, config: what `make_dataset` needs; config.tokens_per_batch is the budget
         of one micro-batch on one replica.
-      start_epoch, start_batch: a DataPosition's value: the first batch read is batch start_batch
-        of epoch start_epoch.
+      start_epoch, start_segment, start_batch: a DataPosition's value: the first batch read is batch
+        start_batch of segment start_segment of epoch start_epoch.
       accumulate_steps: K > 1 packs K consecutive batches into one element.
       input_context: this input pipeline's share under tf.distribute.
     """
     pairs = corpus.dataset("train")
-    first_epoch, skip = tf.constant(start_epoch, tf.int64), tf.constant(start_batch, tf.int64)
+    first_epoch = tf.constant(start_epoch, tf.int64)
+    first_segment, skip = tf.constant(start_segment, tf.int64), tf.constant(start_batch, tf.int64)
+    zero = tf.constant(0, tf.int64)
 
     def epoch_fn(epoch):
-        batches = _epoch_batches(pairs, tokenizer, config, epoch, input_context)
-        return batches.skip(tf.where(tf.equal(epoch, first_epoch), skip, tf.constant(0, tf.int64)))
+        resumed = tf.equal(epoch, first_epoch)
+        return _epoch_batches(pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
+                              tf.where(resumed, skip, zero), input_context)
 
     stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(epoch_fn)
     if accumulate_steps > 1:

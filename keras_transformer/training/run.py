@@ -129,12 +129,12 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
             while run_checkpoint.step < configs.train.train_steps:
                 initial_epoch, epochs, steps = fit_segments(run_checkpoint.step, configs.train.train_steps,
                                                             run.eval_every_steps)[0]
-                start_epoch, start_batch = position.value()
-                logger.info("training from step %d, data epoch %d batch %d", run_checkpoint.step,
-                            start_epoch, start_batch)
+                start_epoch, start_segment, start_batch = position.value()
+                logger.info("training from step %d, data epoch %d segment %d batch %d", run_checkpoint.step,
+                            start_epoch, start_segment, start_batch)
                 stream = strategy.distribute_datasets_from_function(
                     lambda context: training_stream(corpus, tokenizer, data, start_epoch=start_epoch,
-                                                    start_batch=start_batch,
+                                                    start_segment=start_segment, start_batch=start_batch,
                                                     accumulate_steps=run.accumulate_steps, input_context=context))
                 model.fit(stream, initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
                           callbacks=[checkpoints, time_limit, monitor], verbose=verbose, shuffle=False)

@@ -67,7 +67,7 @@ def _real_tokens(batch):
 
 
 def _element(batch, position):
-    """A stream element: {"batch": ((source, target_in), target_out), "position": [epoch, index]}."""
+    """A stream element: {"batch": ((source, target_in), target_out), "position": [epoch, segment, index]}."""
     return {"batch": batch, "position": np.array(position, np.int64)}
 
 
@@ -116,9 +116,9 @@ def test_mirrored_step_on_stream_elements_equals_one_device_on_the_global_batch(
     assert len(devices) == 8, "tests/conftest.py declares 8 logical CPUs"
     batches = _batches(np.random.default_rng(0), len(devices))
     assert len({_real_tokens(b) for b in batches}) > 1
-    # Replica i reads batch i; the batches straddle an epoch's end. The first replica's is the earliest:
-    # without gathering all replicas' positions, its (0, 5) would be recorded (tried: it is).
-    positions = [[0, 4], [0, 5], [0, 6], [0, 7], [0, 8], [0, 9], [1, 0], [1, 1]]
+    # Replica i reads batch i; the batches straddle a segment's and an epoch's end. The first replica's
+    # is the earliest: without gathering all replicas' positions, its (0, 0, 5) would be recorded (tried: it is).
+    positions = [[0, 0, 4], [0, 0, 5], [0, 0, 6], [0, 1, 0], [0, 1, 1], [0, 1, 2], [1, 0, 0], [1, 0, 1]]
     initial = _initial_weights()
 
     strategy = tf.distribute.MirroredStrategy(devices)
@@ -128,17 +128,17 @@ def test_mirrored_step_on_stream_elements_equals_one_device_on_the_global_batch(
     mirrored = _train_one_step(strategy, initial, per_replica, policy=policy)
 
     one_device = tf.distribute.OneDeviceStrategy(devices[0])
-    union = _ragged_elements([_element(_union(batches), [1, 1])])
+    union = _ragged_elements([_element(_union(batches), [1, 0, 1])])
     expected = _train_one_step(one_device, initial, union, policy=policy)
 
     _assert_same_step(mirrored, expected, initial, policy)
-    assert mirrored[2] == (1, 2), "position after batch [1, 1], the last one any replica consumed"
+    assert mirrored[2] == (1, 0, 2), "position after batch [1, 0, 1], the last one any replica consumed"
 
 
 def _ragged_elements(elements):
     """A dataset yielding `elements` (of different shapes) in order."""
     signature = {"batch": ((tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None, None], tf.int32)),
-                 "position": tf.TensorSpec([2], tf.int64)}
+                 "position": tf.TensorSpec([3], tf.int64)}
     return tf.data.Dataset.from_generator(lambda: iter(elements), output_signature=signature)
 
 
@@ -150,15 +150,15 @@ def test_accumulated_micro_batches_equal_one_step_on_their_union(policy):
     assert len({_real_tokens(b) for b in batches}) == 4
     assert len({b[1].shape for b in batches}) > 1
     budget = max(max(b[0][0].size, b[1].size) for b in batches)
-    positions = [[3, 7], [3, 8], [3, 9], [4, 0]]
+    positions = [[3, 2, 7], [3, 2, 8], [3, 2, 9], [4, 0, 0]]
     stream = _ragged_elements([_element(b, p) for b, p in zip(batches, positions)])
     packed = pack_micro_batches(stream, 4, budget)
     initial = _initial_weights()
     device = tf.distribute.OneDeviceStrategy("/cpu:0")
 
     accumulated = _train_one_step(device, initial, packed, accumulate_steps=4, policy=policy)
-    expected = _train_one_step(device, initial, _ragged_elements([_element(_union(batches), [4, 0])]),
+    expected = _train_one_step(device, initial, _ragged_elements([_element(_union(batches), [4, 0, 0])]),
                                policy=policy)
 
     _assert_same_step(accumulated, expected, initial, policy)
-    assert accumulated[2] == (4, 1)
+    assert accumulated[2] == (4, 0, 1)

@@ -1,0 +1,280 @@
+"""Local parallel text files, streamed by tf.data line by line: memory stays flat whatever their size.
+
+Two layouts: two line-aligned plain-text files (source, target), or one TSV file (source TAB target,
+or chosen columns of a wider file). Before a file is used, `check_aligned_files` or `check_tsv`
+reads it once, in batches of lines, and raises CorpusFormatError naming the file, the 1-based line
+and the value for the first problem found: invalid UTF-8 (anywhere in a file first, the source
+file before the target file), a TSV line without the expected columns, aligned files of different
+lengths (both counts, once). They return how many pairs are kept and how many were skipped for an
+empty side.
+
+A check's result is remembered (`remembered_check`) under KT_CORPUS_CHECK_CACHE (default
+~/.cache/keras_transformer/corpus_checks; "none" turns it off), keyed by each file's absolute path,
+size and modification time: a restarted run, or a second run on the same files, does not read them
+again to check them. A file rewritten in place with the same size and modification time (as
+`cp -p` or `rsync -t` can do) would keep its old result: delete the folder then.
+
+`aligned_pairs` and `tsv_pairs` give the kept pairs as a tf.data.Dataset of scalar tf.string pairs,
+with surrounding whitespace stripped as Python's str.strip() strips it.
+"""
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pathlib
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+PathLike = Union[str, pathlib.Path]
+
+CHECK_CACHE_ENV = "KT_CORPUS_CHECK_CACHE"
+
+logger = logging.getLogger(__name__)
+
+# Lines are checked and stripped this many at a time: one op per batch instead of one per line.
+LINES_PER_BATCH = 8192
+
+# The characters Python's str.strip() removes (str.isspace()): ASCII \t-\r, \x1c-\x20, \x85 and the
+# Unicode separators Zs, Zl, Zp. RE2's \s alone is ASCII only.
+_WHITESPACE = r"[\t-\r\x{1c}-\x{20}\x{85}\p{Z}]"
+_SURROUNDING_WHITESPACE = f"^{_WHITESPACE}+|{_WHITESPACE}+$"
+
+
+class CorpusFormatError(ValueError):
+    """A corpus file is malformed; the message names the file, the 1-based line and the value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileCounts:
+    """What checking a file entry found: pairs kept, and lines skipped because a side is empty."""
+
+    num_pairs: int
+    num_skipped_empty: int
+
+
+def strip_whitespace(texts: tf.Tensor) -> tf.Tensor:
+    """tf.string texts with surrounding whitespace removed, as Python's str.strip() removes it."""
+    return tf.strings.regex_replace(texts, _SURROUNDING_WHITESPACE, "")
+
+
+def _lines(path: PathLike) -> tf.data.Dataset:
+    """The lines of a file without their terminators ("\\n" or "\\r\\n"), as tf.string scalars."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file not found: {path}")
+    return tf.data.TextLineDataset(str(path))
+
+
+def _first(condition: tf.Tensor) -> tf.Tensor:
+    """The index of the first True of a (N,) bool tensor, or -1."""
+    indices = tf.where(condition)[:, 0]
+    return tf.cond(tf.size(indices) > 0, lambda: indices[0], lambda: tf.constant(-1, tf.int64))
+
+
+def _invalid_utf8(lines: tf.Tensor) -> tf.Tensor:
+    """(N,) bool: the lines that are not valid UTF-8 (transcoding changes exactly those)."""
+    return tf.not_equal(tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace",
+                                                     replacement_char=0xFFFD), lines)
+
+
+def _line(path: PathLike, index: int) -> bytes:
+    return next(iter(_lines(path).skip(index).take(1))).numpy()
+
+
+def _raise_invalid_utf8(path: PathLike, index: int):
+    raw = _line(path, index)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = raw[max(0, error.start - 10):error.end + 10]
+        raise CorpusFormatError(
+            f"{path}:{index + 1}: invalid UTF-8 at byte {error.start} of the line "
+            f"(bytes around it: {bad!r})") from None
+    raise AssertionError(f"{path}:{index + 1} was found invalid by TensorFlow but decodes in Python")
+
+
+def _batches_then_empty(lines: tf.data.Dataset) -> tf.data.Dataset:
+    """Batches of lines, then empty batches forever: zipped, two of these read both files to the end."""
+    return lines.batch(LINES_PER_BATCH).concatenate(
+        tf.data.Dataset.from_tensors(tf.constant([], tf.string)).repeat())
+
+
+def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCounts:
+    """Reads two aligned files once; raises CorpusFormatError on invalid UTF-8 or unequal lengths."""
+    def batch_counts(source, target):
+        common = tf.minimum(tf.size(source), tf.size(target))
+        source_kept, target_kept = strip_whitespace(source[:common]), strip_whitespace(target[:common])
+        empty = tf.logical_or(tf.equal(source_kept, ""), tf.equal(target_kept, ""))
+        return (tf.size(source, tf.int64), tf.size(target, tf.int64), _first(_invalid_utf8(source)),
+                _first(_invalid_utf8(target)), tf.math.count_nonzero(empty, dtype=tf.int64))
+
+    batches = (tf.data.Dataset.zip(_batches_then_empty(_lines(source_path)),
+                                   _batches_then_empty(_lines(target_path)))
+               .take_while(lambda source, target: tf.size(source) + tf.size(target) > 0))
+    num_sources = num_targets = num_common = skipped = 0
+    first_bad_target = None
+    for source_size, target_size, bad_source, bad_target, empty in (
+            batches.map(batch_counts, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2).as_numpy_iterator()):
+        if bad_source >= 0:  # the source file's errors come first, as if it were read first
+            _raise_invalid_utf8(source_path, num_sources + int(bad_source))
+        if bad_target >= 0 and first_bad_target is None:
+            first_bad_target = num_targets + int(bad_target)
+        num_common += int(min(source_size, target_size))
+        num_sources, num_targets = num_sources + int(source_size), num_targets + int(target_size)
+        skipped += int(empty)
+    if first_bad_target is not None:
+        _raise_invalid_utf8(target_path, first_bad_target)
+    if num_sources != num_targets:
+        (shorter_count, shorter), (_, longer) = sorted([(num_sources, source_path), (num_targets, target_path)],
+                                                      key=lambda item: item[0])
+        raise CorpusFormatError(
+            f"{source_path} has {num_sources} lines but {target_path} has {num_targets}: "
+            f"aligned files must have the same number of lines; line {shorter_count + 1} of "
+            f"{longer} has no counterpart in {shorter}")
+    return FileCounts(num_pairs=num_common - skipped, num_skipped_empty=skipped)
+
+
+def _tsv_fields(lines: tf.Tensor, columns: Optional[Sequence[int]]):
+    """(N,) lines -> (N,) source, (N,) target (both "" on a blank line), and (N,) bool: has the
+    expected fields (blank lines do)."""
+    blank = tf.equal(strip_whitespace(lines), "")
+    fields = tf.strings.split(lines, "\t")  # (N, None)
+    num_fields = fields.row_lengths()
+    width = 2 if columns is None else max(columns) + 1
+    well_formed = tf.equal(num_fields, 2) if columns is None else num_fields >= width
+    table = fields.to_tensor(default_value="", shape=[None, width])  # (N, width)
+    source_column, target_column = (0, 1) if columns is None else columns
+    source = tf.where(blank, "", table[:, source_column])
+    target = tf.where(blank, "", table[:, target_column])
+    return source, target, tf.logical_or(blank, well_formed)
+
+
+def _raise_bad_tsv_line(path: PathLike, index: int, columns: Optional[Sequence[int]]):
+    line = _line(path, index).decode("utf-8")
+    fields = line.split("\t")
+    if columns is None:
+        raise CorpusFormatError(
+            f"{path}:{index + 1}: expected exactly one tab (source TAB target), found "
+            f"{len(fields) - 1}: {line!r}. Pass columns=(i, j) to pick two columns of a "
+            f"file with more fields.")
+    raise CorpusFormatError(
+        f"{path}:{index + 1}: expected at least {max(columns) + 1} tab-separated fields "
+        f"(columns {tuple(columns)}), found {len(fields)}: {line!r}")
+
+
+def check_tsv(path: PathLike, columns: Optional[Sequence[int]] = None) -> FileCounts:
+    """Reads a TSV file once; raises CorpusFormatError on invalid UTF-8 (first) or a line without the
+    expected fields: exactly two (columns None), or at least max(columns) + 1."""
+    def batch_counts(lines):
+        source, target, well_formed = _tsv_fields(lines, columns)
+        empty = tf.logical_or(tf.equal(strip_whitespace(source), ""), tf.equal(strip_whitespace(target), ""))
+        return (tf.size(lines, tf.int64), _first(_invalid_utf8(lines)), _first(tf.logical_not(well_formed)),
+                tf.math.count_nonzero(empty, dtype=tf.int64))
+
+    num_lines = skipped = 0
+    first_malformed = None
+    for size, bad, malformed, empty in (_lines(path).batch(LINES_PER_BATCH)
+                                        .map(batch_counts, num_parallel_calls=tf.data.AUTOTUNE)
+                                        .prefetch(2).as_numpy_iterator()):
+        if bad >= 0:
+            _raise_invalid_utf8(path, num_lines + int(bad))
+        if malformed >= 0 and first_malformed is None:
+            first_malformed = num_lines + int(malformed)
+        num_lines, skipped = num_lines + int(size), skipped + int(empty)
+    if first_malformed is not None:
+        _raise_bad_tsv_line(path, first_malformed, columns)
+    return FileCounts(num_pairs=num_lines - skipped, num_skipped_empty=skipped)
+
+
+def _kept(source: tf.Tensor, target: tf.Tensor):
+    """(N,) source and target lines -> (M,) stripped sources and targets: the pairs with no empty side."""
+    source, target = strip_whitespace(source), strip_whitespace(target)
+    keep = tf.logical_and(tf.not_equal(source, ""), tf.not_equal(target, ""))
+    return tf.boolean_mask(source, keep), tf.boolean_mask(target, keep)
+
+
+def aligned_pairs(source_path: PathLike, target_path: PathLike) -> tf.data.Dataset:
+    """The kept (source, target) pairs of two aligned files; check them first (check_aligned_files)."""
+    lines = tf.data.Dataset.zip(_lines(source_path), _lines(target_path))
+    return (lines.batch(LINES_PER_BATCH).map(_kept, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch())
+
+
+def tsv_pairs(path: PathLike, columns: Optional[Sequence[int]] = None) -> tf.data.Dataset:
+    """The kept (source, target) pairs of a TSV file; check it first (check_tsv)."""
+    def kept(lines):
+        source, target, _ = _tsv_fields(lines, columns)
+        return _kept(source, target)
+
+    return (_lines(path).batch(LINES_PER_BATCH).map(kept, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch())
+
+
+def iterate_pairs(pairs: tf.data.Dataset):
+    """Yields the (source, target) Python str pairs of a dataset of scalar tf.string pairs."""
+    for sources, targets in pairs.batch(LINES_PER_BATCH).prefetch(1).as_numpy_iterator():
+        for source, target in zip(sources, targets):
+            yield source.decode("utf-8"), target.decode("utf-8")
+
+
+def holdout_indices(num_pairs: int, num_validation: int, num_test: int, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted indices of the held-out validation and test pairs among num_pairs.
+
+    The permutation is random.Random(seed).shuffle of range(num_pairs), held in an int64 array
+    (8 bytes a pair), so the same seed holds out the same pairs as before streaming.
+    """
+    import random
+
+    order = np.arange(num_pairs, dtype=np.int64)
+    random.Random(seed).shuffle(order)
+    return (np.sort(order[:num_validation]),
+            np.sort(order[num_validation:num_validation + num_test]))
+
+
+def _check_cache_directory() -> Optional[pathlib.Path]:
+    configured = os.environ.get(CHECK_CACHE_ENV, "")
+    if configured.lower() == "none":
+        return None
+    if configured:
+        return pathlib.Path(configured).expanduser()
+    return pathlib.Path.home() / ".cache" / "keras_transformer" / "corpus_checks"
+
+
+def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], FileCounts]) -> FileCounts:
+    """`check()`'s result for these files, read from the check cache if it holds one for the files as
+    they are now (same absolute paths, sizes and modification times, same options); else checks and
+    remembers the result. A check that raises is never remembered."""
+    files = []
+    for path in paths:
+        path = pathlib.Path(path).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file not found: {path}")
+        status = path.stat()
+        files.append([str(path), status.st_size, status.st_mtime_ns])
+    key = json.loads(json.dumps({"files": files, "options": options}))  # as it reads back (lists, not tuples)
+    directory = _check_cache_directory()
+    record_path = None
+    if directory is not None:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        record_path = directory / f"{digest}.json"
+        try:
+            record = json.loads(record_path.read_text())
+            if record["key"] == key:
+                logger.info("%s: checked before (%s)", ", ".join(str(path) for path in paths), record_path)
+                return FileCounts(**record["counts"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    counts = check()
+    if record_path is not None:
+        try:
+            record_path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = record_path.with_name(record_path.name + f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"key": key, "counts": dataclasses.asdict(counts)}))
+            temporary.replace(record_path)
+        except OSError as error:  # a read-only home only costs the next run a check
+            logger.warning("could not remember the check of %s: %s", paths, error)
+    return counts

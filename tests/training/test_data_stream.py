@@ -1,0 +1,76 @@
+"""The training stream: re-entered at any position, it goes on exactly as the uninterrupted stream did.
+
+A streamed local corpus of 600 pairs in segments of 128 pairs (5 segments an epoch, the last one
+short), read over more than two epochs, restarted after every consumed batch.
+"""
+import numpy as np
+import pytest
+
+from keras_transformer.data import DataConfig, LocalParallelCorpus, NumbersCorpus
+from keras_transformer.data.tokenizer import TokenizerSettings, load_or_train_tokenizer
+from keras_transformer.training.data_stream import DataPosition, training_stream
+
+NUM_PAIRS = 600
+CONFIG = DataConfig(dataset="local", vocab_size=300, tokens_per_batch=256, max_length=64, segment_pairs=128,
+                    seed=5)
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("stream")
+    pairs = list(NumbersCorpus(num_train=NUM_PAIRS, num_validation=2, num_test=2, seed=3).pairs("train"))
+    tsv = directory / "train.tsv"
+    tsv.write_text("".join(f"{source}\t{target}\n" for source, target in pairs), encoding="utf-8")
+    corpus = LocalParallelCorpus({"train": tsv})
+    tokenizer = load_or_train_tokenizer(directory, corpus.training_sentences(),
+                                        TokenizerSettings(vocab_size=300, corpus="stream"))
+    return corpus, tokenizer
+
+
+def _elements(stream, count=None, until=None):
+    """The first `count` elements of `stream`, or those before position `until`, as (position, arrays)."""
+    elements = []
+    for element in stream:
+        position = tuple(element["position"].numpy().tolist())
+        if len(elements) == count or (until is not None and position >= until):
+            break
+        elements.append((position, [tensor.numpy() for tensor in (*element["batch"][0], element["batch"][1])]))
+    return elements
+
+
+def test_each_epoch_reads_every_pair_once_in_segments_and_in_another_order(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    elements = _elements(training_stream(corpus, tokenizer, CONFIG), until=(2, 0, 0))
+    epochs = {}
+    for (epoch, segment, _), (source, _, _) in elements:
+        epochs.setdefault(epoch, []).append((segment, source))
+    assert sorted(epochs) == [0, 1]
+    for epoch in (0, 1):
+        assert sorted({segment for segment, _ in epochs[epoch]}) == [0, 1, 2, 3, 4]
+        sources = [tuple(row[row > 0]) for _, source in epochs[epoch] for row in source]
+        assert len(sources) == NUM_PAIRS
+    first, second = ([tuple(row[row > 0]) for _, source in epochs[epoch] for row in source] for epoch in (0, 1))
+    assert sorted(first) == sorted(second) and first != second
+    indices = [position for position, _ in elements]
+    assert indices == sorted(indices) and len(set(indices)) == len(indices)
+
+
+def test_a_restart_at_a_recorded_position_continues_the_stream_exactly(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    expected = _elements(training_stream(corpus, tokenizer, CONFIG), until=(1, 3, 5))
+    positions = [position for position, _ in expected]
+    # Restart after: the first batch; the last batch of segment 1 (the next is segment 2's first); a batch
+    # inside the short last segment; the last batch of epoch 0; a batch inside segment 3 of epoch 1.
+    cuts = [1, positions.index((0, 2, 0)), positions.index((0, 4, 1)) + 1, positions.index((1, 0, 0)),
+            positions.index((1, 3, 0)) + 2]
+    assert len(set(cuts)) == 5 and max(cuts) + 3 <= len(expected)
+    for consumed in cuts:
+        position = DataPosition()
+        position.record(np.array(positions[consumed - 1], np.int64))
+        epoch, segment, batch = position.value()
+        restarted = training_stream(corpus, tokenizer, CONFIG, start_epoch=epoch, start_segment=segment,
+                                    start_batch=batch)
+        for (got_position, got), (want_position, want) in zip(_elements(restarted, 3), expected[consumed:]):
+            assert got_position == want_position
+            for got_tensor, want_tensor in zip(got, want):
+                np.testing.assert_array_equal(got_tensor, want_tensor)
