@@ -125,7 +125,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     try:
         with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
             # One fit call at a time: a mixed_float16 step whose gradients overflow is skipped (the
-            # optimizer's step stays), so the remaining segments are planned again after each call.
+            # optimizer's step stays), so the remaining fit calls are planned again after each one.
             while run_checkpoint.step < configs.train.train_steps:
                 initial_epoch, epochs, steps = fit_segments(run_checkpoint.step, configs.train.train_steps,
                                                             run.eval_every_steps)[0]
