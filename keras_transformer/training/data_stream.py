@@ -10,6 +10,17 @@ the position of the last batch it consumed in a DataPosition, saved with every c
 that restarts from a checkpoint rebuilds the stream from epoch e, skips the `batch` batches of it
 already consumed, and so sees exactly the batches the uninterrupted run would have seen next.
 
+Under MultiWorkerMirroredStrategy every worker reads the whole stream and keeps its part: element i
+goes to global replica i mod R (R replicas in all, worker w holding replicas w*r .. w*r + r - 1), so
+across the workers every element is consumed once, by the replica a single machine with R devices
+would give it. The stream, and the position recorded, are thus a function of the run's configs and
+R only, not of how the replicas are spread over machines: a 2 x 2 run equals a 1 x 4 run, and a
+run resumes exactly on another cluster shape with R replicas. The price is that every worker
+tokenizes the whole stream (not 1/W of it); the pipeline makes about 430 times the tokens a base
+training step consumes on a CPU (README, benchmarks), which leaves room for several GPU machines.
+Sharding the sentence pairs instead would give each worker its own batches and its own epochs of
+different lengths, which one (epoch, batch) position cannot describe.
+
 Elements, for the training step (`TrainingTransformer.train_step`):
     {"batch": ((source_ids (B, S), target_input_ids (B, T)), target_output_ids (B, T)),
      "position": int64 (2,) [epoch, batch index]}
@@ -74,11 +85,11 @@ def epoch_order(pairs: tf.data.Dataset, block_size: int, seed: int, epoch) -> tf
     return pairs.batch(block_size).enumerate().flat_map(permute)
 
 
-def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, epoch,
-                   input_context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, epoch
+                   ) -> tf.data.Dataset:
     """Epoch `epoch` (an int64 scalar tensor): its batches, each with its position."""
     shuffled = epoch_order(pairs, config.shuffle_buffer_size, config.seed, epoch)
-    batches = make_dataset(shuffled, tokenizer, config, training=True, input_context=input_context)
+    batches = make_dataset(shuffled, tokenizer, config, training=True)
     return batches.enumerate().map(lambda index, batch: {"batch": batch, "position": tf.stack([epoch, index])})
 
 
@@ -93,19 +104,33 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
       start_epoch, start_batch: a DataPosition's value: the first batch read is batch start_batch
         of epoch start_epoch.
       accumulate_steps: K > 1 packs K consecutive batches into one element.
-      input_context: this input pipeline's share under tf.distribute.
+      input_context: this input pipeline's share under tf.distribute: with several workers, the
+        elements of this worker's replicas (see the module docstring).
     """
     pairs = corpus.dataset("train")
     first_epoch, skip = tf.constant(start_epoch, tf.int64), tf.constant(start_batch, tf.int64)
 
     def epoch_fn(epoch):
-        batches = _epoch_batches(pairs, tokenizer, config, epoch, input_context)
+        batches = _epoch_batches(pairs, tokenizer, config, epoch)
         return batches.skip(tf.where(tf.equal(epoch, first_epoch), skip, tf.constant(0, tf.int64)))
 
     stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(epoch_fn)
     if accumulate_steps > 1:
         stream = pack_micro_batches(stream, accumulate_steps, config.tokens_per_batch)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        stream = worker_share(stream, input_context.num_input_pipelines, input_context.input_pipeline_id,
+                              input_context.num_replicas_in_sync // input_context.num_input_pipelines)
     return stream.prefetch(tf.data.AUTOTUNE)
+
+
+def worker_share(stream: tf.data.Dataset, num_workers: int, worker: int, replicas_per_worker: int
+                 ) -> tf.data.Dataset:
+    """The elements of `stream` for the replicas of `worker`: element i goes to global replica
+    i mod (num_workers * replicas_per_worker), and worker w holds replicas w * replicas_per_worker on."""
+    def mine(index, _):
+        return tf.equal(index // replicas_per_worker % num_workers, worker)
+
+    return stream.enumerate().filter(mine).map(lambda _, element: element)
 
 
 def pack_micro_batches(stream: tf.data.Dataset, accumulate_steps: int, budget: int) -> tf.data.Dataset:
