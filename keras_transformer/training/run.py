@@ -9,6 +9,7 @@ learning rate, data position and dropout state (see checkpointing.py and data_st
 finished job only redoes the averaging and the test translation (its export is reused).
 """
 import dataclasses
+import hashlib
 import json
 import logging
 import pathlib
@@ -27,7 +28,9 @@ from keras_transformer.training.averaging import average_run
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
-from keras_transformer.training.distribution import is_chief, select_strategy, set_mixed_precision
+from keras_transformer.training.distribution import (PEER_FAILURES, WorkerLost, any_worker, check_workers_agree,
+                                                     is_chief, num_workers, select_strategy, set_mixed_precision,
+                                                     wait_for_all_workers, worker_index)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores, score
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
 from keras_transformer.training.summaries import TrainingMonitor
@@ -38,6 +41,9 @@ logger = logging.getLogger(__name__)
 TEST_TRANSLATIONS = "test_translations.txt"
 TEST_SCORES = "test_scores.json"
 EXPORT_RECORD = "exported.json"
+# How long the workers of a cluster wait for the chief to learn the vocabulary, and for each other's
+# configs; a lost worker ends the wait at once.
+VOCABULARY_TIMEOUT_SECONDS = 3600.0
 
 
 @dataclasses.dataclass
@@ -81,7 +87,10 @@ class TrainingTimeLimit(keras.callbacks.Callback):
         self.reached = False
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.deadline is not None and time.monotonic() >= self.deadline and not self.model.stop_training:
+        if self.deadline is None or self.model.stop_training:
+            return
+        (reached,) = any_worker(self.model.distribute_strategy, [time.monotonic() >= self.deadline])
+        if reached:  # on every worker at once: one that stopped alone would leave the others waiting
             logger.info("the training time limit is reached at step %d; saved %s", self.run_checkpoint.step,
                         self.run_checkpoint.save())
             self.reached = True
@@ -97,10 +106,10 @@ def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
                       jit_compile=configs.run.jit_compile)
         model.prepare_for_training()
         directory = checkpoint_directory(workdir)
-        if not chief:  # every worker saves (the save is collective); only the chief's files count
-            directory = pathlib.Path(workdir) / f".worker-{strategy.cluster_resolver.task_id}" / "checkpoints"
+        # Every worker saves (saving may run collectives); only the chief's files are kept.
+        scratch = None if chief else directory / f"workertemp_{worker_index(strategy)}"
         keep = max(configs.run.keep_checkpoints, configs.train.checkpoints_to_average)
-        run_checkpoint = RunCheckpoint(directory, model, position, max_to_keep=keep)
+        run_checkpoint = RunCheckpoint(directory, model, position, max_to_keep=keep, scratch_directory=scratch)
         run_checkpoint.restore_latest()
     return model, position, run_checkpoint
 
@@ -143,6 +152,15 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     finally:
         monitor.close()
     return monitor.history
+
+
+def _run_description(configs: RunConfigs, tokenizer, strategy) -> dict:
+    """What every worker of a cluster must agree on, as {field: JSON value} (distribution.check_workers_agree)."""
+    description = {f"{name}.{field}": value for name in RunConfigs.FILENAMES
+                   for field, value in json.loads(getattr(configs, name).to_json()).items()}
+    description["replicas per worker"] = strategy.num_replicas_in_sync // num_workers(strategy)
+    description["vocabulary (sha256 of sentencepiece.model)"] = hashlib.sha256(tokenizer.model_proto).hexdigest()
+    return description
 
 
 def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None) -> Scores:
@@ -200,18 +218,33 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
     data = configs.data
     corpus = get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
+    if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
+        wait_for_all_workers(strategy, "vocabulary", VOCABULARY_TIMEOUT_SECONDS)
     tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(), data.tokenizer_settings(corpus.name))
+    if chief:
+        wait_for_all_workers(strategy, "vocabulary", VOCABULARY_TIMEOUT_SECONDS)
     configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, vocab_size=tokenizer.vocab_size))
+    check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), VOCABULARY_TIMEOUT_SECONDS)
     configs.check_resumable(workdir)
     if chief:
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
+        check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step}, VOCABULARY_TIMEOUT_SECONDS)
         evaluations = []
         if run_checkpoint.step < configs.train.train_steps:
-            evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir,
-                                 chief, verbose)
+            try:
+                evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer,
+                                     workdir, chief, verbose)
+            except PEER_FAILURES as error:
+                if num_workers(strategy) == 1:
+                    raise
+                raise WorkerLost(
+                    f"a worker of the cluster was lost at step {run_checkpoint.step} "
+                    f"({type(error).__name__}: {str(error).strip().splitlines()[0][:300]}); the last checkpoint "
+                    f"is {tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))}: start every "
+                    f"worker again to resume from it") from error
     finally:
         keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
     result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations)

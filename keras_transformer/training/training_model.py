@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from keras_transformer.model import Transformer
 from keras_transformer.training.data_stream import DataPosition, unpack_micro_batch
+from keras_transformer.training.distribution import is_multi_worker
 
 
 class TrainingTransformer(Transformer):
@@ -104,9 +105,7 @@ def _reducible_across_workers(logs):
     for input with 0 dimensions", tensorflow/tensorflow#72388); on (1,) tensors it is the mean over
     the replicas, a scalar, as a single machine's `tf.reduce_mean` over its replicas gives.
     """
-    strategy = tf.distribute.get_strategy()
-    if not (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._in_multi_worker_mode()):
+    if not is_multi_worker(tf.distribute.get_strategy()):
         return logs
     return {name: tf.reshape(value, [1]) for name, value in logs.items()}
 
