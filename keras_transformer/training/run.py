@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import pathlib
+import re
 import time
 from typing import Optional
 
@@ -154,6 +155,14 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     return monitor.history
 
 
+def _peer_failure_reason(error: tf.errors.OpError) -> str:
+    """The line of a collective's error that says what happened to the peer."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    telling = [line for line in lines if re.search(r"reset|unavailable|timed out|deadline|crash|heartbeat|"
+                                                   r"connect|abort|cancel", line, flags=re.I)]
+    return (telling or lines or [""])[0][:300]
+
+
 def _run_description(configs: RunConfigs, tokenizer, strategy) -> dict:
     """What every worker of a cluster must agree on, as {field: JSON value} (distribution.check_workers_agree)."""
     description = {f"{name}.{field}": value for name in RunConfigs.FILENAMES
@@ -231,7 +240,8 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     set_mixed_precision(configs.run.mixed_precision)
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
-        check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step}, VOCABULARY_TIMEOUT_SECONDS)
+        check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step},
+                            VOCABULARY_TIMEOUT_SECONDS)
         evaluations = []
         if run_checkpoint.step < configs.train.train_steps:
             try:
@@ -242,7 +252,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
                     raise
                 raise WorkerLost(
                     f"a worker of the cluster was lost at step {run_checkpoint.step} "
-                    f"({type(error).__name__}: {str(error).strip().splitlines()[0][:300]}); the last checkpoint "
+                    f"({type(error).__name__}: {_peer_failure_reason(error)}); the last checkpoint "
                     f"is {tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))}: start every "
                     f"worker again to resume from it") from error
     finally:

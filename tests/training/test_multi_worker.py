@@ -70,8 +70,9 @@ def _start_workers(directory, extra_flags=(), per_worker_flags=None):
     processes = []
     for index, (tf_config, argv) in enumerate(commands):
         tf_config = dict(tf_config, cluster={"worker": addresses})
-        flags = [*argv, *TEST_FLAGS, "--workdir", str(directory / "workdir"),
-                 "--export-dir", str(directory / "exported"), *extra_flags, *(per_worker_flags or {}).get(index, [])]
+        export = [] if "--no-export" in extra_flags else ["--export-dir", str(directory / "exported")]
+        flags = [*argv, *TEST_FLAGS, "--workdir", str(directory / "workdir"), *export, *extra_flags,
+                 *(per_worker_flags or {}).get(index, [])]
         with open(directory / f"worker{index}.log", "a") as log:
             processes.append(subprocess.Popen(
                 [sys.executable, *flags], cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT,
@@ -108,8 +109,8 @@ def _assert_same_checkpoint(got_workdir, expected_workdir, step):
     """Every variable of the step's checkpoints: floats within the tolerances, integers (the step,
     the data position, the dropout seed states) equal."""
     got, expected = _checkpoint(got_workdir, step), _checkpoint(expected_workdir, step)
-    names = set(expected.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE"}
-    assert names == set(got.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE"}
+    names = set(expected.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    assert names == set(got.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert any(name.startswith("data_position/") for name in names) and len(names) > 100
     for name in sorted(names):
         got_value, expected_value = np.asarray(got.get_tensor(name)), np.asarray(expected.get_tensor(name))
@@ -228,14 +229,16 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_
     """SIGKILL worker 1 after the first checkpoint: worker 0 stops with an error saying a worker was
     lost (instead of waiting for ever); the same two commands again end with the uninterrupted weights."""
     reference_workdir = two_workers[0] / "workdir"
-    processes = _start_workers(tmp_path)
+    processes = _start_workers(tmp_path, ["--no-export"])
     deadline = time.monotonic() + DEADLINE_SECONDS
     while not _listed_steps(tmp_path / "workdir"):
         assert all(process.poll() is None for process in processes), (tmp_path / "worker0.log").read_text()[-4000:]
         assert time.monotonic() < deadline, "no checkpoint before the deadline"
         time.sleep(0.1)
     processes[1].send_signal(signal.SIGKILL)
-    processes[0].wait(timeout=DEADLINE_SECONDS)  # the collective timeout (120 s) bounds it; this only guards
+    # TensorFlow sees the dropped connection at once, a silent worker by its missing heartbeats, and
+    # the collective timeout (120 s) bounds any other wait; the deadline only guards the test.
+    processes[0].wait(timeout=DEADLINE_SECONDS)
     processes[1].wait(timeout=DEADLINE_SECONDS)
     chief_log = (tmp_path / "worker0.log").read_text()
     assert processes[0].returncode == 1, chief_log[-4000:]
@@ -244,8 +247,9 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_
     saved = _listed_steps(tmp_path / "workdir")[-1]
     assert saved < STEPS, "the kill came after the end of training; nothing to resume"
 
-    logs = _run_workers(tmp_path)
-    assert f"restored {checkpoint_directory(tmp_path / 'workdir')}/ckpt-{saved} (step {saved})" in logs[0][len(chief_log):]
+    logs = _run_workers(tmp_path, ["--no-export"])
+    restored = f"restored {checkpoint_directory(tmp_path / 'workdir')}/ckpt-{saved} (step {saved})"
+    assert restored in logs[0][len(chief_log):] and restored in logs[1]
     assert _listed_steps(tmp_path / "workdir")[-1] == STEPS
     _assert_same_checkpoint(tmp_path / "workdir", reference_workdir, STEPS)
 
@@ -295,7 +299,7 @@ def test_train_wmt_names_a_bad_tf_config_before_anything_starts(tmp_path):
 def test_workers_that_disagree_stop_before_training(tmp_path):
     """Worker 1 with another --train-steps and --set dropout_rate: both workers stop with one error
     naming the fields and each worker's value; nothing is trained or saved."""
-    processes = _start_workers(tmp_path, per_worker_flags={1: ["--train-steps", "30", "--set", "dropout_rate=0.2"]})
+    processes = _start_workers(tmp_path, ["--no-export"], per_worker_flags={1: ["--train-steps", "30", "--set", "dropout_rate=0.2"]})
     logs = _wait(processes, tmp_path)
     for process, log in zip(processes, logs):
         assert process.returncode == 1, log[-4000:]
