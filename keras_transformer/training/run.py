@@ -44,7 +44,7 @@ TEST_SCORES = "test_scores.json"
 EXPORT_RECORD = "exported.json"
 # How long the workers of a cluster wait for the chief to learn the vocabulary, and for each other's
 # configs; a lost worker ends the wait at once.
-VOCABULARY_TIMEOUT_SECONDS = 3600.0
+CLUSTER_WAIT_SECONDS = 3600.0
 
 
 @dataclasses.dataclass
@@ -228,20 +228,19 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     data = configs.data
     corpus = get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
     if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
-        wait_for_all_workers(strategy, "vocabulary", VOCABULARY_TIMEOUT_SECONDS)
+        wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
     tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(), data.tokenizer_settings(corpus.name))
     if chief:
-        wait_for_all_workers(strategy, "vocabulary", VOCABULARY_TIMEOUT_SECONDS)
+        wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
     configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, vocab_size=tokenizer.vocab_size))
-    check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), VOCABULARY_TIMEOUT_SECONDS)
+    check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), CLUSTER_WAIT_SECONDS)
     configs.check_resumable(workdir)
     if chief:
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
-        check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step},
-                            VOCABULARY_TIMEOUT_SECONDS)
+        check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step}, CLUSTER_WAIT_SECONDS)
         evaluations = []
         if run_checkpoint.step < configs.train.train_steps:
             try:

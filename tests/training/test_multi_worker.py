@@ -299,7 +299,8 @@ def test_train_wmt_names_a_bad_tf_config_before_anything_starts(tmp_path):
 def test_workers_that_disagree_stop_before_training(tmp_path):
     """Worker 1 with another --train-steps and --set dropout_rate: both workers stop with one error
     naming the fields and each worker's value; nothing is trained or saved."""
-    processes = _start_workers(tmp_path, ["--no-export"], per_worker_flags={1: ["--train-steps", "30", "--set", "dropout_rate=0.2"]})
+    processes = _start_workers(tmp_path, ["--no-export"],
+                               per_worker_flags={1: ["--train-steps", "30", "--set", "dropout_rate=0.2"]})
     logs = _wait(processes, tmp_path)
     for process, log in zip(processes, logs):
         assert process.returncode == 1, log[-4000:]
