@@ -155,12 +155,16 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     return monitor.history
 
 
-def _peer_failure_reason(error: tf.errors.OpError) -> str:
-    """The line of a collective's error that says what happened to the peer."""
+def _worker_lost(error: tf.errors.OpError, when: str, workdir) -> WorkerLost:
+    """WorkerLost for a collective's or the coordination service's error under several workers, with
+    the line of it that says what happened to the peer."""
     lines = [line.strip() for line in error.message.splitlines() if line.strip()]
     telling = [line for line in lines if re.search(r"reset|unavailable|timed out|deadline|crash|heartbeat|"
                                                    r"connect|abort|cancel", line, flags=re.I)]
-    return (telling or lines or [""])[0][:300]
+    reason = (telling or lines or [""])[0][:300]
+    latest = tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))
+    return WorkerLost(f"a worker of the cluster was lost {when} ({type(error).__name__}: {reason}); the last "
+                      f"checkpoint is {latest}: start every worker again to resume from it")
 
 
 def _run_description(configs: RunConfigs, tokenizer, strategy) -> dict:
@@ -227,33 +231,37 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
     data = configs.data
     corpus = get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
-    if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
-        wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
-    tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(), data.tokenizer_settings(corpus.name))
-    if chief:
-        wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
-    configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, vocab_size=tokenizer.vocab_size))
-    check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), CLUSTER_WAIT_SECONDS)
+    try:
+        if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
+            wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
+        tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(),
+                                            data.tokenizer_settings(corpus.name))
+        if chief:
+            wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
+        configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model,
+                                                                         vocab_size=tokenizer.vocab_size))
+        check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), CLUSTER_WAIT_SECONDS)
+    except PEER_FAILURES as error:
+        if num_workers(strategy) == 1:
+            raise
+        raise _worker_lost(error, "before training", workdir) from error
     configs.check_resumable(workdir)
     if chief:
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
-        check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step}, CLUSTER_WAIT_SECONDS)
         evaluations = []
-        if run_checkpoint.step < configs.train.train_steps:
-            try:
+        try:
+            check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step},
+                                CLUSTER_WAIT_SECONDS)
+            if run_checkpoint.step < configs.train.train_steps:
                 evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer,
                                      workdir, chief, verbose)
-            except PEER_FAILURES as error:
-                if num_workers(strategy) == 1:
-                    raise
-                raise WorkerLost(
-                    f"a worker of the cluster was lost at step {run_checkpoint.step} "
-                    f"({type(error).__name__}: {_peer_failure_reason(error)}); the last checkpoint "
-                    f"is {tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))}: start every "
-                    f"worker again to resume from it") from error
+        except PEER_FAILURES as error:
+            if num_workers(strategy) == 1:
+                raise
+            raise _worker_lost(error, f"at step {run_checkpoint.step}", workdir) from error
     finally:
         keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
     result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations)
