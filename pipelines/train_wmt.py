@@ -54,6 +54,12 @@ def add_job_flags(parser):
     parser.add_argument("--devices", help="comma-separated devices to mirror over, e.g. GPU:0,GPU:1 (default: all "
                                           "GPUs, or one device without GPUs; TF_CONFIG with several workers "
                                           "selects MultiWorkerMirroredStrategy)")
+    parser.add_argument("--cpu-devices", type=int,
+                        help="split the CPU into N logical devices and replicate over them (each worker's, under "
+                             "a multi-worker TF_CONFIG): runs multi-replica set-ups without GPUs, no faster")
+    parser.add_argument("--collective-timeout", type=float, default=120.0,
+                        help="seconds a worker waits for the others in a collective before it stops with an "
+                             "error (multi-worker TF_CONFIG only; 0 waits for ever)")
     parser.add_argument("--accumulate-steps", type=int,
                         help="micro-batches per optimizer step (e.g. 8 on one GPU for the paper's 8-GPU batch)")
     parser.add_argument("--mixed-precision", choices=MIXED_PRECISION_MODES,
@@ -130,16 +136,18 @@ def run_job(args, configs, workdir, task=None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("keras_transformer").setLevel(logging.INFO)  # restored/saved checkpoints, data position
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
-    from keras_transformer.training.distribution import XlaCompilationError, select_strategy
+    from keras_transformer.training.distribution import (ClusterConfigError, WorkerLost, XlaCompilationError,
+                                                         select_strategy)
     from keras_transformer.training.run import train_and_evaluate
     from keras_transformer.training.task import TRANSLATION
 
-    strategy = select_strategy(args.devices.split(",") if args.devices else None)
     try:
+        strategy = select_strategy(args.devices.split(",") if args.devices else None, args.cpu_devices,
+                                   args.collective_timeout)
         result = train_and_evaluate(workdir, configs, strategy=strategy, export_dir=export_dir,
                                     export_precision=args.export_precision, verbose=args.verbose,
                                     task=task or TRANSLATION)
-    except (TrainingDiverged, XlaCompilationError) as error:
+    except (TrainingDiverged, XlaCompilationError, ClusterConfigError, WorkerLost) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1, None
     except TrainingInterrupted as error:

@@ -6,6 +6,8 @@ Each shell command of the README's ```bash blocks is one of:
   - `curl` requests and the gRPC snippet: run by tests/test_serving_readme.py;
   - `docker run` of TF Serving: no Docker engine runs on our machines, so the test checks that the
     folder it mounts is the export the first command writes, in TF Serving's NAME/VERSION layout;
+  - `TF_CONFIG=... python -m pipelines.train_wmt ...`, the workers of "Several machines": run by
+    tests/training/test_multi_worker.py (on free ports, with fewer steps);
   - `python -m pipelines.*` and `python benchmarks/*.py`: run here, in a directory where
     runs/numbers-reverse-tiny and exported/numbers-reverse-tiny are the first command's output
     (benchmarks are run with their shortest settings and only on what they print, never timed).
@@ -25,6 +27,7 @@ import pytest
 from keras_transformer.parsing import parse_tree
 from tests.readme_run import README, REPOSITORY, readme_run  # noqa: F401
 from tests.test_serving_readme import ENGLISH_NUMBER
+from tests.training.test_multi_worker import readme_worker_commands
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +47,7 @@ def test_the_second_setup_command_is_what_ci_runs():
 
 
 def test_every_readme_command_has_a_runner():
-    kinds = {"setup": 0, "curl": 0, "docker": 0, "pipeline": 0, "benchmark": 0}
+    kinds = {"setup": 0, "curl": 0, "docker": 0, "pipeline": 0, "benchmark": 0, "worker": 0}
     for command in readme_commands():
         if command.startswith("pip install"):
             kinds["setup"] += 1
@@ -56,9 +59,12 @@ def test_every_readme_command_has_a_runner():
             kinds["pipeline"] += 1
         elif command.startswith(("python benchmarks/", "../shared/peers/compare.sh")):
             kinds["benchmark"] += 1
+        elif command.startswith("TF_CONFIG=") and " python -m pipelines.train_wmt " in command:
+            kinds["worker"] += 1
         else:
             pytest.fail(f"README command without a runner: {command}")
     assert kinds["setup"] == 2 and kinds["curl"] == 3 and kinds["docker"] == 1 and kinds["pipeline"] >= 3
+    assert kinds["worker"] == len(readme_worker_commands()) == 2
 
 
 def test_docker_serves_what_the_first_command_exports(readme_run):

@@ -13,6 +13,7 @@ DataPosition restores the data, and the dropout layers' seed states the dropout 
 import logging
 import math
 import pathlib
+import shutil
 import signal
 import time
 
@@ -20,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.training.distribution import loss_scale
+from keras_transformer.training.distribution import any_worker, loss_scale
 from keras_transformer.training.training_model import rng_state_variables
 
 logger = logging.getLogger(__name__)
@@ -44,21 +45,27 @@ class RunCheckpoint:
     """The run's tf.train.Checkpoint and its CheckpointManager in workdir/checkpoints.
 
     Args:
-      directory: the checkpoints folder (workdir/checkpoints on the chief; a scratch folder on other
-        workers, which must save too under MultiWorkerMirroredStrategy).
+      directory: the checkpoints folder, workdir/checkpoints.
       model: the (Training)Transformer; model.optimizer must exist (compile first).
       data_position: the stream's DataPosition, or None.
       max_to_keep: how many checkpoints to keep.
+      scratch_directory: on the workers other than the chief under MultiWorkerMirroredStrategy, which
+        must save too (saving may run collectives) but whose files nobody reads: TensorFlow's
+        multi-worker rule is to write them to a temporary folder and delete it after each save. They
+        restore from `directory`, the chief's (so the workdir must be shared by the workers).
     """
 
-    def __init__(self, directory, model, data_position=None, max_to_keep=5):
+    def __init__(self, directory, model, data_position=None, max_to_keep=5, scratch_directory=None):
         self.model = model
         objects = dict(model=model, optimizer=model.optimizer, dropout_rng=rng_state_variables(model))
         if data_position is not None:
             objects["data_position"] = data_position
         self.checkpoint = tf.train.Checkpoint(**objects)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=max_to_keep,
-                                                  checkpoint_name=CHECKPOINT_PREFIX)
+        self.directory = pathlib.Path(directory)
+        self.scratch_directory = None if scratch_directory is None else pathlib.Path(scratch_directory)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.scratch_directory or directory),
+                                                  max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_PREFIX)
+        self._saved_step = None  # restored or saved: the same on every worker, unlike their folders
 
     @property
     def step(self) -> int:
@@ -66,9 +73,10 @@ class RunCheckpoint:
 
     def restore_latest(self):
         """Restores the latest checkpoint, if any; returns its path or None."""
-        path = self.manager.latest_checkpoint
+        path = tf.train.latest_checkpoint(str(self.directory))
         if path is not None:
             self.checkpoint.restore(path).assert_existing_objects_matched()
+            self._saved_step = self.step
             logger.info("restored %s (step %d)", path, self.step)
         return path
 
@@ -81,12 +89,15 @@ class RunCheckpoint:
         Raises TrainingDiverged rather than save weights that are not finite.
         """
         step = self.step
-        latest = self.manager.latest_checkpoint
-        if latest is not None and latest.endswith(f"-{step}"):
-            return latest
+        if self._saved_step == step:
+            return tf.train.latest_checkpoint(str(self.directory))
         if not self.weights_are_finite():
             raise TrainingDiverged(f"weights are not finite at step {step}; not saved")
-        return self.manager.save(checkpoint_number=step)
+        path = self.manager.save(checkpoint_number=step)
+        self._saved_step = step
+        if self.scratch_directory is not None:
+            shutil.rmtree(self.scratch_directory, ignore_errors=True)
+        return path
 
 
 class CheckpointCallback(keras.callbacks.Callback):
@@ -120,14 +131,18 @@ class CheckpointCallback(keras.callbacks.Callback):
             self._stop_diverged(f"the training loss is {float(np.asarray(loss))} at step {step}")
             return
         scale = loss_scale(self.model.optimizer)
-        if scale is not None and scale < MIN_LOSS_SCALE:
+        if scale is not None and scale < MIN_LOSS_SCALE:  # the same on every worker: the gradients are reduced
             self._stop_diverged(
                 f"the float16 loss scale collapsed to {scale:g} at step {step}: the gradients overflowed "
                 f"float16 at every scale down from 2**15, and a step with overflowing gradients is skipped, "
                 f"so the run had stopped learning (train with --mixed-precision mixed_bfloat16 or off)")
             return
+        # Every worker must save at the same steps: one worker's SIGTERM or clock counts for all.
+        self.terminate_requested, clock_due = any_worker(
+            self.model.distribute_strategy,
+            [self.terminate_requested, time.monotonic() - self._last_save >= self.every_seconds])
         due = ((step > 0 and step % self.every_steps == 0) or step >= self.train_steps or self.terminate_requested
-               or time.monotonic() - self._last_save >= self.every_seconds)
+               or clock_due)
         if due:
             try:
                 path = self.run_checkpoint.save()
@@ -141,7 +156,7 @@ class CheckpointCallback(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def _stop_diverged(self, reason):
-        last = self.run_checkpoint.manager.latest_checkpoint
+        last = tf.train.latest_checkpoint(str(self.run_checkpoint.directory))
         self.diverged = (f"{reason}: training stopped. The last good checkpoint is "
                          f"{last or 'none (nothing was saved yet)'}; nothing was saved after it. "
                          f"Lower the learning rate (longer warm-up) or check the data, then run again.")

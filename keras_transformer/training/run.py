@@ -9,9 +9,11 @@ learning rate, data position and dropout state (see checkpointing.py and data_st
 finished job only redoes the averaging and the test translation (its export is reused).
 """
 import dataclasses
+import hashlib
 import json
 import logging
 import pathlib
+import re
 import time
 from typing import Optional
 
@@ -27,7 +29,9 @@ from keras_transformer.training.averaging import average_run
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
-from keras_transformer.training.distribution import (is_chief, select_strategy, set_mixed_precision,
+from keras_transformer.training.distribution import (PEER_FAILURES, WorkerLost, any_worker, check_workers_agree,
+                                                     is_chief, num_workers, select_strategy, set_mixed_precision,
+                                                     wait_for_all_workers, worker_index,
                                                      xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
@@ -40,6 +44,9 @@ logger = logging.getLogger(__name__)
 TEST_TRANSLATIONS = "test_translations.txt"
 TEST_SCORES = "test_scores.json"
 EXPORT_RECORD = "exported.json"
+# How long the workers of a cluster wait for the chief to learn the vocabulary, and for each other's
+# configs; a lost worker ends the wait at once.
+CLUSTER_WAIT_SECONDS = 3600.0
 
 
 @dataclasses.dataclass
@@ -83,7 +90,10 @@ class TrainingTimeLimit(keras.callbacks.Callback):
         self.reached = False
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.deadline is not None and time.monotonic() >= self.deadline and not self.model.stop_training:
+        if self.deadline is None or self.model.stop_training:
+            return
+        (reached,) = any_worker(self.model.distribute_strategy, [time.monotonic() >= self.deadline])
+        if reached:  # on every worker at once: one that stopped alone would leave the others waiting
             logger.info("the training time limit is reached at step %d; saved %s", self.run_checkpoint.step,
                         self.run_checkpoint.save())
             self.reached = True
@@ -99,10 +109,10 @@ def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
                       jit_compile=configs.run.jit_compile)
         model.prepare_for_training()
         directory = checkpoint_directory(workdir)
-        if not chief:  # every worker saves (the save is collective); only the chief's files count
-            directory = pathlib.Path(workdir) / f".worker-{strategy.cluster_resolver.task_id}" / "checkpoints"
+        # Every worker saves (saving may run collectives); only the chief's files are kept.
+        scratch = None if chief else directory / f"workertemp_{worker_index(strategy)}"
         keep = max(configs.run.keep_checkpoints, configs.train.checkpoints_to_average)
-        run_checkpoint = RunCheckpoint(directory, model, position, max_to_keep=keep)
+        run_checkpoint = RunCheckpoint(directory, model, position, max_to_keep=keep, scratch_directory=scratch)
         run_checkpoint.restore_latest()
     return model, position, run_checkpoint
 
@@ -149,6 +159,27 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     finally:
         monitor.close()
     return monitor.history
+
+
+def _worker_lost(error: tf.errors.OpError, when: str, workdir) -> WorkerLost:
+    """WorkerLost for a collective's or the coordination service's error under several workers, with
+    the line of it that says what happened to the peer."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    telling = [line for line in lines if re.search(r"reset|unavailable|timed out|deadline|crash|heartbeat|"
+                                                   r"connect|abort|cancel", line, flags=re.I)]
+    reason = (telling or lines or [""])[0][:300]
+    latest = tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))
+    return WorkerLost(f"a worker of the cluster was lost {when} ({type(error).__name__}: {reason}); the last "
+                      f"checkpoint is {latest}: start every worker again to resume from it")
+
+
+def _run_description(configs: RunConfigs, tokenizer, strategy) -> dict:
+    """What every worker of a cluster must agree on, as {field: JSON value} (distribution.check_workers_agree)."""
+    description = {f"{name}.{field}": value for name in RunConfigs.FILENAMES
+                   for field, value in json.loads(getattr(configs, name).to_json()).items()}
+    description["replicas per worker"] = strategy.num_replicas_in_sync // num_workers(strategy)
+    description["vocabulary (sha256 of sentencepiece.model)"] = hashlib.sha256(tokenizer.model_proto).hexdigest()
+    return description
 
 
 def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None, task: Task = TRANSLATION) -> Scores:
@@ -216,9 +247,20 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
     data = configs.data
     corpus = task.corpus(data)
-    tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(),
-                                        data.tokenizer_settings(corpus.name, corpus.user_defined_symbols()))
-    configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, vocab_size=tokenizer.vocab_size))
+    try:
+        if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
+            wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
+        tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(),
+                                            data.tokenizer_settings(corpus.name, corpus.user_defined_symbols()))
+        if chief:
+            wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
+        configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model,
+                                                                         vocab_size=tokenizer.vocab_size))
+        check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), CLUSTER_WAIT_SECONDS)
+    except PEER_FAILURES as error:
+        if num_workers(strategy) == 1:
+            raise
+        raise _worker_lost(error, "before training", workdir) from error
     configs.check_resumable(workdir)
     if chief:
         configs.write(workdir)
@@ -226,9 +268,16 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
         evaluations = []
-        if run_checkpoint.step < configs.train.train_steps:
-            evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir,
-                                 chief, verbose, task)
+        try:
+            check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step},
+                                CLUSTER_WAIT_SECONDS)
+            if run_checkpoint.step < configs.train.train_steps:
+                evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer,
+                                     workdir, chief, verbose, task)
+        except PEER_FAILURES as error:
+            if num_workers(strategy) == 1:
+                raise
+            raise _worker_lost(error, f"at step {run_checkpoint.step}", workdir) from error
     finally:
         keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
     result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from keras_transformer.model import Transformer
 from keras_transformer.training.data_stream import DataPosition, unpack_micro_batch
+from keras_transformer.training.distribution import is_multi_worker
 
 
 class TrainingTransformer(Transformer):
@@ -56,14 +57,17 @@ class TrainingTransformer(Transformer):
 
     def train_step(self, data):
         if not isinstance(data, dict):
-            return super().train_step(data)
+            return _reducible_across_workers(super().train_step(data))
         if "micro_batches" in data:
             logs = self._accumulated_train_step(data["micro_batches"])
         else:
             logs = super().train_step(data["batch"])
         if self._record_position is not None:
             self._record_position(data["position"])
-        return logs
+        return _reducible_across_workers(logs)
+
+    def test_step(self, data):
+        return _reducible_across_workers(super().test_step(data))
 
     def _accumulated_train_step(self, micro_batches):
         target_output = micro_batches["target_output_ids"]  # (K, budget), 0 beyond each micro-batch
@@ -91,6 +95,19 @@ class TrainingTransformer(Transformer):
                                          (tf.constant(0), initial))
         self.optimizer.apply_gradients(zip(gradient_sums, variables))
         return self.get_metrics_result()
+
+
+def _reducible_across_workers(logs):
+    """The step's scalar logs as (1,) tensors under MultiWorkerMirroredStrategy, unchanged otherwise.
+
+    Keras 3 reduces the per-replica logs of a multi-worker step with
+    `strategy.reduce("MEAN", value, axis=0)`, which fails on scalars ("Invalid reduction dimension 0
+    for input with 0 dimensions", tensorflow/tensorflow#72388); on (1,) tensors it is the mean over
+    the replicas, a scalar, as a single machine's `tf.reduce_mean` over its replicas gives.
+    """
+    if not is_multi_worker(tf.distribute.get_strategy()):
+        return logs
+    return {name: tf.reshape(value, [1]) for name, value in logs.items()}
 
 
 def rng_state_variables(model: keras.Model):

@@ -80,7 +80,7 @@ def test_without_a_tpu_nothing_of_the_tpu_api_is_called(no_tpu):
 
 def test_devices_cannot_be_chosen_on_a_tpu(no_tpu, monkeypatch):
     monkeypatch.setenv("COLAB_TPU_ADDR", "10.0.0.2:8470")
-    with pytest.raises(ValueError, match="--devices GPU:0 cannot be combined with a TPU runtime"):
+    with pytest.raises(ValueError, match="--devices and --cpu-devices cannot be combined with a TPU runtime"):
         select_strategy(["GPU:0"])
 
 

@@ -1,0 +1,312 @@
+"""Several workers on localhost: the README's two TF_CONFIG commands (2 workers x 2 logical CPUs) end
+with the weights of one process over 4 logical CPUs; each worker keeps its replicas' share of the
+stream; only the chief writes the run; its checkpoints restore in a single process; a killed worker
+stops the other, and starting both again ends with the uninterrupted weights; bad TF_CONFIGs and
+workers that disagree are named before any training.
+
+The subprocess runs are short (STEPS steps of the tiny preset, 5 validation sentences) and share
+their results through module-scoped fixtures. Tolerances are those of the 8-replica test
+(tests/training/test_distribution.py): the runs sum the same float32 gradients, possibly in
+another order.
+"""
+import json
+import os
+import pathlib
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data import DataConfig, NumbersCorpus, SubwordTokenizer
+from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
+from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
+from keras_transformer.training.data_stream import training_stream
+from keras_transformer.training.distribution import ClusterConfigError, read_tf_config
+from tests.readme_run import README, REPOSITORY
+from tests.training.test_distribution import ATOL, RTOL
+
+STEPS = 24
+CHECKPOINT_EVERY = 8
+# Guards against a hung subprocess, not measures of speed.
+DEADLINE_SECONDS = 900
+TEST_FLAGS = ["--train-steps", str(STEPS), "--checkpoint-every-steps", str(CHECKPOINT_EVERY),
+              "--eval-every-steps", str(STEPS), "--verbose", "2", "--set", "eval_sentences=5",
+              "--set", "sample_translations=1"]
+
+
+def readme_worker_commands():
+    """The README's TF_CONFIG commands, as (TF_CONFIG dict, argv after `python`)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        for line in block.splitlines():
+            if line.startswith("TF_CONFIG="):
+                assignment, *argv = shlex.split(line)
+                commands.append((json.loads(assignment.partition("=")[2]), argv[1:]))
+    return commands
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("localhost", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def _start_workers(directory, extra_flags=(), per_worker_flags=None):
+    """The README's worker commands on free ports, writing into directory/workdir; logs in directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    commands = readme_worker_commands()
+    addresses = [f"localhost:{port}" for port in _free_ports(len(commands))]
+    processes = []
+    for index, (tf_config, argv) in enumerate(commands):
+        tf_config = dict(tf_config, cluster={"worker": addresses})
+        export = [] if "--no-export" in extra_flags else ["--export-dir", str(directory / "exported")]
+        flags = [*argv, *TEST_FLAGS, "--workdir", str(directory / "workdir"), *export, *extra_flags,
+                 *(per_worker_flags or {}).get(index, [])]
+        with open(directory / f"worker{index}.log", "a") as log:
+            processes.append(subprocess.Popen(
+                [sys.executable, *flags], cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT,
+                env=dict(os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONPATH=str(REPOSITORY),
+                         TF_CPP_MIN_LOG_LEVEL="2")))
+    return processes
+
+
+def _wait(processes, directory):
+    """Waits for the workers; returns their logs."""
+    for process in processes:
+        process.wait(timeout=DEADLINE_SECONDS)
+    return [(directory / f"worker{index}.log").read_text() for index in range(len(processes))]
+
+
+def _run_workers(directory, extra_flags=()):
+    processes = _start_workers(directory, extra_flags)
+    logs = _wait(processes, directory)
+    for process, log in zip(processes, logs):
+        assert process.returncode == 0, log[-4000:]
+    return logs
+
+
+def _checkpoint(workdir, step):
+    return tf.train.load_checkpoint(str(checkpoint_directory(workdir) / f"ckpt-{step}"))
+
+
+def _listed_steps(workdir):
+    state = tf.train.get_checkpoint_state(str(checkpoint_directory(workdir)))
+    return [] if state is None else [checkpoint_step(path) for path in state.all_model_checkpoint_paths]
+
+
+def _assert_same_checkpoint(got_workdir, expected_workdir, step):
+    """Every variable of the step's checkpoints: floats within the tolerances, integers (the step,
+    the data position, the dropout seed states) equal."""
+    got, expected = _checkpoint(got_workdir, step), _checkpoint(expected_workdir, step)
+    names = set(expected.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    assert names == set(got.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    assert any(name.startswith("data_position/") for name in names) and len(names) > 100
+    for name in sorted(names):
+        got_value, expected_value = np.asarray(got.get_tensor(name)), np.asarray(expected.get_tensor(name))
+        if expected_value.dtype.kind == "f":
+            np.testing.assert_allclose(got_value, expected_value, rtol=RTOL, atol=ATOL, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got_value, expected_value, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """The README's two worker commands, uninterrupted: (run directory, [chief log, worker 1 log])."""
+    directory = tmp_path_factory.mktemp("two_workers")
+    return directory, _run_workers(directory)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The same run in one process over 4 logical CPUs (no TF_CONFIG): its workdir."""
+    directory = tmp_path_factory.mktemp("one_process")
+    (_, argv), _ = readme_worker_commands()
+    # The later of two flags wins: 4 logical CPUs, this workdir.
+    command = [sys.executable, *argv, *TEST_FLAGS, "--cpu-devices", "4", "--workdir", str(directory / "workdir"),
+               "--no-export"]
+    environment = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=DEADLINE_SECONDS,
+                            env=dict(environment, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return directory / "workdir"
+
+
+def test_the_readme_commands_are_two_workers_of_one_cluster():
+    commands = readme_worker_commands()
+    assert [tf_config["task"] for tf_config, _ in commands] == [{"type": "worker", "index": 0},
+                                                                 {"type": "worker", "index": 1}]
+    assert commands[0][0]["cluster"] == commands[1][0]["cluster"] and len(commands[0][0]["cluster"]["worker"]) == 2
+    assert commands[0][1] == commands[1][1]
+    assert commands[0][1][:2] == ["-m", "pipelines.train_wmt"] and "--cpu-devices" in commands[0][1]
+
+
+@pytest.mark.slow
+def test_two_workers_end_with_the_weights_of_one_process_over_four_devices(two_workers, one_process):
+    directory, logs = two_workers
+    workdir = directory / "workdir"
+    assert _listed_steps(workdir) == _listed_steps(one_process) == list(range(CHECKPOINT_EVERY, STEPS + 1,
+                                                                              CHECKPOINT_EVERY))
+    for step in _listed_steps(workdir):
+        _assert_same_checkpoint(workdir, one_process, step)
+    # Both workers report the loss of the whole cluster (the mean over the 4 replicas), the same.
+    losses = [re.findall(rf"^{STEPS}/{STEPS} - .* - loss: (\S+)", log, re.MULTILINE) for log in logs]
+    assert losses[0] and losses[0] == losses[1]
+
+
+@pytest.mark.slow
+def test_only_the_chief_writes_the_run(two_workers):
+    directory, (chief_log, worker_log) = two_workers
+    workdir = directory / "workdir"
+    assert sorted(path.name for path in (directory / "exported").iterdir()) == ["1"]  # one export, the chief's
+    assert (workdir / "averaged.weights.h5").is_file() and (workdir / "test_scores.json").is_file()
+    assert re.search(r"^SavedModel: ", chief_log, re.MULTILINE) and re.search(r"^test \(", chief_log, re.MULTILINE)
+    assert "SavedModel" not in worker_log and not re.search(r"^test \(", worker_log, re.MULTILINE)
+    assert "averaged" not in worker_log
+    for kind in ("train", "validation"):  # one writer: the chief's
+        assert len(list((workdir / "tensorboard" / kind).glob("events.out.tfevents.*"))) == 1
+    # Worker 1 saved at every checkpoint step, into its temporary folder, deleted after each save.
+    scratch = checkpoint_directory(workdir) / "workertemp_1"
+    assert re.findall(r"saved (\S+)", worker_log) == [f"{scratch}/ckpt-{step}"
+                                                      for step in range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)]
+    assert sorted(path.name for path in checkpoint_directory(workdir).iterdir() if path.is_dir()) == []
+
+
+@pytest.mark.slow
+def test_the_checkpoints_restore_in_a_single_process(two_workers):
+    """pipelines.evaluate and pipelines.export, without TF_CONFIG, on the cluster's workdir."""
+    directory, _ = two_workers
+    environment = dict({key: value for key, value in os.environ.items() if key != "TF_CONFIG"},
+                       PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
+    workdir = directory / "workdir"
+    evaluate = subprocess.run([sys.executable, "-m", "pipelines.evaluate", "--workdir", str(workdir),
+                               "--checkpoint", str(checkpoint_directory(workdir) / f"ckpt-{STEPS}")],
+                              cwd=REPOSITORY, capture_output=True, text=True, timeout=DEADLINE_SECONDS, env=environment)
+    assert evaluate.returncode == 0, evaluate.stdout[-2000:] + evaluate.stderr[-3000:]
+    assert "sacreBLEU" in evaluate.stdout
+    export = subprocess.run([sys.executable, "-m", "pipelines.export", "--workdir", str(workdir), "--export-dir",
+                             str(directory / "exported")], cwd=REPOSITORY, capture_output=True, text=True,
+                            timeout=DEADLINE_SECONDS, env=environment)
+    assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-3000:]
+    assert (directory / "exported" / "2" / "saved_model.pb").is_file()
+
+
+def test_each_worker_keeps_its_replicas_share_of_the_stream():
+    """2 workers x 2 replicas: worker w gets elements 4k + 2w and 4k + 2w + 1 of the one stream
+    (positions show which), the two shares together are the stream, each element once."""
+    corpus = NumbersCorpus(num_train=300, num_validation=5, num_test=5, seed=0)
+    tokenizer = SubwordTokenizer(train_sentencepiece(corpus.training_sentences(),
+                                                     TokenizerSettings(vocab_size=400, corpus="numbers")))
+    config = DataConfig(dataset="numbers", vocab_size=400, tokens_per_batch=64, max_length=32,
+                        shuffle_buffer_size=100)
+
+    def positions(input_context, count):
+        stream = training_stream(corpus, tokenizer, config, start_epoch=0, start_batch=3,
+                                 input_context=input_context)
+        return [tuple(element["position"].numpy()) for element in stream.take(count)]
+
+    whole = positions(None, 16)
+    shares = [positions(tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker,
+                                                   num_replicas_in_sync=4), 8) for worker in (0, 1)]
+    assert shares[0] == [whole[i] for i in range(16) if i % 4 in (0, 1)]
+    assert shares[1] == [whole[i] for i in range(16) if i % 4 in (2, 3)]
+    assert sorted(shares[0] + shares[1]) == sorted(whole) and len(set(whole)) == 16
+    assert whole[0] == (0, 3)  # a restarted stream skips the consumed batches before it is shared
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_path):
+    """SIGKILL worker 1 after the first checkpoint: worker 0 stops with an error saying a worker was
+    lost (instead of waiting for ever); the same two commands again end with the uninterrupted weights."""
+    reference_workdir = two_workers[0] / "workdir"
+    processes = _start_workers(tmp_path, ["--no-export"])
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not _listed_steps(tmp_path / "workdir"):
+        assert all(process.poll() is None for process in processes), (tmp_path / "worker0.log").read_text()[-4000:]
+        assert time.monotonic() < deadline, "no checkpoint before the deadline"
+        time.sleep(0.1)
+    processes[1].send_signal(signal.SIGKILL)
+    # TensorFlow sees the dropped connection at once, a silent worker by its missing heartbeats, and
+    # the collective timeout (120 s) bounds any other wait; the deadline only guards the test.
+    processes[0].wait(timeout=DEADLINE_SECONDS)
+    processes[1].wait(timeout=DEADLINE_SECONDS)
+    chief_log = (tmp_path / "worker0.log").read_text()
+    assert processes[0].returncode == 1, chief_log[-4000:]
+    assert re.search(r"^error: a worker of the cluster was lost at step \d+ .*start every worker again to resume",
+                     chief_log, re.MULTILINE), chief_log[-4000:]
+    saved = _listed_steps(tmp_path / "workdir")[-1]
+    assert saved < STEPS, "the kill came after the end of training; nothing to resume"
+
+    logs = _run_workers(tmp_path, ["--no-export"])
+    restored = f"restored {checkpoint_directory(tmp_path / 'workdir')}/ckpt-{saved} (step {saved})"
+    assert restored in logs[0][len(chief_log):] and restored in logs[1]
+    assert _listed_steps(tmp_path / "workdir")[-1] == STEPS
+    _assert_same_checkpoint(tmp_path / "workdir", reference_workdir, STEPS)
+
+
+@pytest.mark.parametrize("text, field", [
+    ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}',
+     "TF_CONFIG is not valid JSON"),
+    ('{"cluster": {"worker": ["localhost:1", "localhost:1"]}, "task": {"type": "worker", "index": 1}}',
+     "TF_CONFIG cluster.worker[1]: localhost:1 is named twice (also cluster.worker[0])"),
+    ('{"cluster": {"chief": ["a:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
+     "TF_CONFIG cluster.worker[0]: a:1 is named twice (also cluster.chief[0])"),
+    ('{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
+     "TF_CONFIG cluster.worker[0]: expected \"host:port\""),
+    ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}', "TF_CONFIG task.index:"),
+    ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}}', "TF_CONFIG task.type:"),
+    ('{"cluster": {"worker": ["a:1", "b:1"]}}', "TF_CONFIG task:"),
+    ('{"cluster": {"ps": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}',
+     "TF_CONFIG cluster.ps:"),
+    ('["a:1"]', "TF_CONFIG : expected a JSON object"),
+])
+def test_a_bad_tf_config_is_named(text, field):
+    with pytest.raises(ClusterConfigError) as error:
+        read_tf_config(text)
+    assert str(error.value).startswith(field), str(error.value)
+
+
+def test_a_good_tf_config_is_read():
+    text = '{"cluster": {"chief": ["a:1"], "worker": ["b:2", "[::1]:3"]}, "task": {"type": "worker", "index": 1}}'
+    assert read_tf_config(text)["task"] == {"type": "worker", "index": 1}
+    assert read_tf_config("") is None
+
+
+def test_train_wmt_names_a_bad_tf_config_before_anything_starts(tmp_path):
+    tf_config = '{"cluster": {"worker": ["localhost:1", "localhost:1"]}, "task": {"type": "worker", "index": 0}}'
+    result = subprocess.run([sys.executable, "-m", "pipelines.train_wmt", "--preset", "tiny", "--dataset", "numbers",
+                             "--workdir", str(tmp_path / "workdir")], cwd=REPOSITORY, capture_output=True, text=True,
+                            timeout=DEADLINE_SECONDS,
+                            env=dict(os.environ, TF_CONFIG=tf_config, PYTHONPATH=str(REPOSITORY)))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: TF_CONFIG cluster.worker[1]: localhost:1 is named twice (also cluster.worker[0]): every task "
+        "needs its own host:port")
+    assert not (tmp_path / "workdir").exists()
+
+
+@pytest.mark.slow
+def test_workers_that_disagree_stop_before_training(tmp_path):
+    """Worker 1 with another --train-steps and --set dropout_rate: both workers stop with one error
+    naming the fields and each worker's value; nothing is trained or saved."""
+    processes = _start_workers(tmp_path, ["--no-export"],
+                               per_worker_flags={1: ["--train-steps", "30", "--set", "dropout_rate=0.2"]})
+    logs = _wait(processes, tmp_path)
+    for process, log in zip(processes, logs):
+        assert process.returncode == 1, log[-4000:]
+        (error,) = re.findall(r"^error: .*", log, re.MULTILINE)
+        assert error.startswith("error: the workers of TF_CONFIG disagree on the run's configuration: "
+                                "model.dropout_rate (0.1 on worker 0 (chief), 0.2 on worker 1); "
+                                f"train.train_steps ({STEPS} on worker 0 (chief), 30 on worker 1). "), error
+        assert "training from step" not in log
+    assert not checkpoint_directory(tmp_path / "workdir").exists()
