@@ -221,7 +221,7 @@ def test_each_worker_keeps_its_replicas_share_of_the_stream():
     assert shares[0] == [whole[i] for i in range(16) if i % 4 in (0, 1)]
     assert shares[1] == [whole[i] for i in range(16) if i % 4 in (2, 3)]
     assert sorted(shares[0] + shares[1]) == sorted(whole) and len(set(whole)) == 16
-    assert whole[0] == (0, 3)  # a restarted stream skips the consumed batches before it is shared
+    assert whole[0] == (0, 0, 3)  # a restarted stream skips the consumed batches before it is shared
 
 
 @pytest.mark.slow
