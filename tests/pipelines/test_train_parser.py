@@ -50,9 +50,11 @@ def test_train_parser_then_parse(toy_treebank, tmp_path):
     assert (workdir / "tensorboard" / "validation").is_dir()
     assert json.loads((workdir / "decode_config.json").read_text())["extra_length"] == 300
     # TF Serving's binary links TF Text 2.20's kernels: only core ops and the SentencePiece ones.
-    registered = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
+    listed = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
+    registered = listed["registered"]
     assert {op for op, in_core in registered.items() if not in_core} == SENTENCEPIECE_OPS
     assert not set(registered) & PYTHON_OPS and "While" in registered
+    assert listed["without_cpu_kernel"] == [] and listed["float_types"] == ["DT_FLOAT"]
 
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("".join(line + "\n" for line in SENTENCES))
