@@ -249,8 +249,9 @@ class Translator(tf.Module):
         """alpha, after an assertion that it is finite and >= 0 (InvalidArgumentError otherwise)."""
         alpha = tf.cast(alpha, tf.float32)
         usable = tf.math.is_finite(alpha) & (alpha >= 0.0)
-        check = tf.debugging.Assert(usable, ["translate_nbest: alpha must be a finite number >= 0 (0 ranks by "
-                                             "log-probability; the paper's is 0.6), got", alpha])
+        with tf.device(HOST):  # its message is a string
+            check = tf.debugging.Assert(usable, ["translate_nbest: alpha must be a finite number >= 0 (0 ranks by "
+                                                 "log-probability; the paper's is 0.6), got", alpha])
         with tf.control_dependencies([check]):
             return tf.identity(alpha)
 

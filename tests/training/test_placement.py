@@ -70,7 +70,7 @@ def _training_step_graph(policy, accumulate_steps):
     model.compile()
     model.prepare_for_training()
     ids = tf.TensorSpec([None, None], tf.int32)
-    position = tf.TensorSpec([2], tf.int64)
+    position = tf.TensorSpec([3], tf.int64)  # [epoch, segment, batch]
     if accumulate_steps == 1:
         step = tf.function(lambda s, t, o, p: model.train_step({"batch": ((s, t), o), "position": p}))
         return step.get_concrete_function(ids, ids, ids, position).graph
