@@ -120,7 +120,7 @@ def test_fit_learns_to_copy():
     dataset = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(4096, seed=0).batch(64).repeat()
     model = kt.Transformer.from_preset("tiny", vocab_size=20, dropout_rate=0.0)
     model.compile(optimizer=kt.paper_optimizer(model.config.d_model, TrainConfig(warmup_steps=100)))
-    history = model.fit(dataset, steps_per_epoch=100, epochs=4, verbose=0).history
+    history = model.fit(dataset, steps_per_epoch=100, epochs=4, verbose=0, shuffle=False).history
     assert history["loss"][-1] < 0.5 * history["loss"][0]
     held_out = model.evaluate(*_copy_task(rng, 512), verbose=0, return_dict=True)
     assert held_out["token_accuracy"] >= 0.95, held_out
@@ -142,7 +142,7 @@ def _one_step(strategy, initial_weights, batch):
         model.set_weights(initial_weights)
         model.compile(optimizer=keras.optimizers.SGD(1.0))
     dataset = tf.data.Dataset.from_tensors(batch)
-    history = model.fit(dataset, epochs=1, verbose=0).history
+    history = model.fit(dataset, epochs=1, verbose=0, shuffle=False).history
     return history["loss"][0], model.get_weights()
 
 

@@ -43,6 +43,7 @@ def test_layer_norm_gradients_equal_keras_layer_norm():
 
 
 @pytest.mark.parametrize("kwargs", [dict(center=False), dict(scale=False), dict(rms_scaling=True), dict(axis=1)])
+@pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`:UserWarning")  # Keras' own, for the option refused
 def test_layer_norm_refuses_options_it_does_not_compute(kwargs):
     with pytest.raises(ValueError, match="last axis with gamma and beta"):
         LayerNormalization(**kwargs)
