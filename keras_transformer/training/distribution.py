@@ -107,12 +107,6 @@ def read_tf_config(text: Optional[str] = None) -> Optional[dict]:
     return tf_config
 
 
-def tf_config_workers() -> list:
-    """The addresses of $TF_CONFIG's chief and workers (empty when unset)."""
-    tf_config = read_tf_config() or {"cluster": {}}
-    return [address for job in _JOBS for address in tf_config["cluster"].get(job, [])]
-
-
 def split_cpu(count: int):
     """Splits the CPU into `count` logical devices; must run before TensorFlow initializes."""
     if count < 1:

@@ -11,7 +11,6 @@ another order.
 """
 import json
 import os
-import pathlib
 import re
 import shlex
 import signal
