@@ -19,6 +19,8 @@ NUM_LOGICAL_CPUS = 8
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
+from keras_transformer.precision import avoid_slow_float16_fusions  # noqa: E402  (after the devices are set)
+
 
 @pytest.fixture(autouse=True)
 def _seeded():
@@ -28,3 +30,4 @@ def _seeded():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
+    avoid_slow_float16_fusions("float32")

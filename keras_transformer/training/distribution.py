@@ -29,6 +29,8 @@ import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.eager import context
 
+from keras_transformer.precision import avoid_slow_float16_fusions
+
 logger = logging.getLogger(__name__)
 
 # Collectives (all-reduce of the gradients, checkpoint agreement) give up after this long: a worker
@@ -316,13 +318,12 @@ def mixed_precision_policy(mode: str) -> str:
 
 
 _warned_float16_without_gpu = False
-
-
 def set_mixed_precision(mode: str) -> str:
     """Sets the global Keras dtype policy for `mode` (before the model is built); returns its name.
 
     mixed_float16 without a GPU runs (TensorFlow has float16 kernels for CPUs, which is how the tests
-    prove the GPU path here) but says once that it is slow there.
+    prove the GPU path here) but says once that it is slow there, and avoids the fusion that makes it
+    very slow there (`avoid_slow_float16_fusions`).
     """
     global _warned_float16_without_gpu
     policy = mixed_precision_policy(mode)
@@ -331,6 +332,7 @@ def set_mixed_precision(mode: str) -> str:
                        "converting to float32 and back, so this is slower than float32 here; use it to test "
                        "what runs on GPUs (on CPUs with AVX512_BF16 or AMX, mixed_bfloat16 is the fast choice)")
         _warned_float16_without_gpu = True
+    avoid_slow_float16_fusions(policy)
     keras.config.set_dtype_policy(policy)
     return policy
 

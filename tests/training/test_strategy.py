@@ -112,6 +112,18 @@ def test_float16_without_a_gpu_runs_but_says_once_that_it_is_slow(monkeypatch, c
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
 
 
+def test_float16_without_a_gpu_turns_off_the_remapper_that_makes_it_very_slow():
+    """TF 2.21 fuses a float16 MatMul and BiasAdd on CPUs into a oneDNN op about 400 times slower
+    than the two apart; float16 without a GPU traces without that fusion, every other policy with it."""
+    set_mixed_precision("mixed_float16")
+    assert tf.config.optimizer.get_experimental_options().get("remapping") is False
+    set_mixed_precision("mixed_bfloat16")
+    assert tf.config.optimizer.get_experimental_options().get("remapping") is True
+    set_mixed_precision("mixed_float16")
+    set_mixed_precision("off")
+    assert tf.config.optimizer.get_experimental_options().get("remapping") is True
+
+
 class HostOnlyStep(keras.Model):
     """A model whose training step holds an op XLA cannot compile (a string hash, host-only)."""
 
