@@ -183,6 +183,15 @@ def test_asking_for_the_best_before_any_evaluation_says_what_to_do(tmp_path, cap
     assert "no validation evaluation is recorded" in error and "--select last" in error, error
 
 
+def test_a_run_that_keeps_no_best_checkpoints_still_counts_and_says_why_there_is_no_best(tmp_path):
+    record = _record(LOSSES, keep=0)
+    assert record.best == [] and record.since_improvement == 2  # early stopping needs no kept checkpoint
+    selection_path(tmp_path).parent.mkdir(parents=True)
+    selection_path(tmp_path).write_text(record.to_json())
+    with pytest.raises(FileNotFoundError, match=r"keeps no best checkpoints \(run.keep_best_checkpoints=0\)"):
+        best_checkpoints(tmp_path, 2)
+
+
 def test_an_unknown_select_names_the_flag_and_the_value(capsys):
     with pytest.raises(SystemExit) as exit_info:
         average_checkpoints.parse_args(["--workdir", "w", "--select", "worst"])
