@@ -118,10 +118,12 @@ def best_checkpoints(workdir, count: int) -> list[str]:
     """
     record = ValidationRecord.read(workdir)
     if not record.best:
-        why = (f"no validation evaluation is recorded in {selection_path(workdir)} yet, so there are no best "
-               f"checkpoints: they are chosen at each evaluation (every run.eval_every_steps steps). Train past "
-               f"the first evaluation, or" if not record.evaluations else
-               f"the run keeps no best checkpoints (run.keep_best_checkpoints=0); keep some, or")
+        if record.evaluations:
+            why = "the run keeps no best checkpoints (run.keep_best_checkpoints=0); keep some, or"
+        else:
+            why = (f"no validation evaluation is recorded in {selection_path(workdir)} yet, so there are no best "
+                   f"checkpoints: they are chosen at each evaluation (every run.eval_every_steps steps). Train past "
+                   f"the first evaluation, or")
         raise FileNotFoundError(f"{why} average the last checkpoints (pipelines.average_checkpoints --select last; "
                                 f"train_wmt --average last)")
     steps = sorted(entry["step"] for entry in record.best[:count])
