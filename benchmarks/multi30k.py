@@ -1,14 +1,20 @@
 """Multi30k en->de on this machine: train for a fixed time, pick a checkpoint on val, report sacreBLEU.
 
     python benchmarks/multi30k.py [--minutes 60] [--preset small] [--workdir runs/multi30k-small]
-        [--threads 2] [--set FIELD=VALUE ...]
+        [--candidates 5] [--max-sentences N] [--threads 2] [--set FIELD=VALUE ...]
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
-pipeline (`keras_transformer.training.run.train_and_evaluate`, which stops after --minutes and
-averages the last checkpoints), then translates val with beam search (the paper's beam 4, alpha
-0.6) using the averaged weights and each of the last --candidates checkpoints, keeps the one with
-the best val BLEU, and scores it on test_2016_flickr and test_2017_flickr. Prints one JSON line per
-test set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "minutes", "steps", ...}.
+pipeline (`keras_transformer.training.run.train_and_evaluate`, which stops after --minutes, or
+earlier with `--set run.early_stopping_patience=N`), then translates val with beam search (the
+paper's beam 4, alpha 0.6) using each candidate: the average of the last train.checkpoints_to_average
+checkpoints, the average of the best ones by validation loss (workdir/checkpoints/best), and each
+of the last and of the best --candidates checkpoints. The one with the best val BLEU is chosen,
+on val only, and scored on test_2016_flickr and test_2017_flickr. Prints one JSON line per test
+set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "checkpoint", "val_bleu",
+"candidates" (val BLEU of each), "steps", ...}, and writes <workdir>/validation.png: validation
+BLEU (on the first run.eval_sentences val sentences) and validation loss at each evaluation against
+training minutes (recorded with each evaluation in checkpoints/selection.json), the best
+checkpoints by loss and the chosen candidate marked.
 Running the same command again resumes the run in --workdir (the time budget counts again).
 The README's figure trains in mixed bfloat16 (`--set run.mixed_precision=mixed_bfloat16`), which is
 faster only on CPUs with bfloat16 arithmetic (AVX512_BF16, AMX) and on GPUs/TPUs.
@@ -27,7 +33,8 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="small", help="model and recipe preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/multi30k-<preset>)")
-    parser.add_argument("--candidates", type=int, default=5, help="last checkpoints compared with the average")
+    parser.add_argument("--candidates", type=int, default=5,
+                        help="last checkpoints and best checkpoints (by validation loss) compared with the averages")
     parser.add_argument("--max-sentences", type=int,
                         help="score only the first N sentences of val and test (a quick check of the script; "
                              "reported figures use all)")
@@ -38,19 +45,86 @@ def parse_args():
     return parser.parse_args()
 
 
-def candidate_models(configs, workdir, averaged_weights, count):
-    """(name, model) of the averaged weights and of the last `count` checkpoints, newest first."""
+def candidate_models(configs, workdir, count):
+    """(name, steps, model) of the averages of the last and of the best checkpoints, then of the last
+    and the best `count` checkpoints (newest first, each once); steps: the steps it is made of."""
     from keras_transformer.export import restore_checkpoint
     from keras_transformer.model import Transformer
-    from keras_transformer.training.averaging import last_checkpoints
+    from keras_transformer.training.averaging import average_run, last_checkpoints
+    from keras_transformer.training.best_checkpoints import best_checkpoints
+    from keras_transformer.training.checkpointing import checkpoint_step
     from keras_transformer.training.run import load_averaged_model
 
-    yield "averaged", load_averaged_model(configs, averaged_weights)
-    for path in reversed(last_checkpoints(workdir, count)):
-        model = Transformer(configs.model)
-        model.build()
-        restore_checkpoint(model, path)
-        yield pathlib.Path(path).name, model
+    def best(count):
+        try:
+            return best_checkpoints(workdir, count)
+        except FileNotFoundError as error:  # no evaluation yet: only the last checkpoints compete
+            log(f"no best checkpoints: {error}")
+            return []
+
+    averaged = configs.train.checkpoints_to_average
+    for select, paths in (("last", last_checkpoints(workdir, averaged)), ("best", best(averaged))):
+        if paths:
+            weights = average_run(workdir, averaged, workdir / f"averaged_{select}.weights.h5", select=select)
+            yield f"average of the {select} {len(paths)}", [checkpoint_step(p) for p in paths], \
+                load_averaged_model(configs, weights)
+    seen = set()
+    for folder, paths in (("", last_checkpoints(workdir, count)), ("best/", best(count))):
+        for path in reversed(paths):
+            step = checkpoint_step(path)
+            if step not in seen:
+                seen.add(step)
+                model = Transformer(configs.model)
+                model.build()
+                restore_checkpoint(model, path)
+                yield f"{folder}{pathlib.Path(path).name}", [step], model
+
+
+def minutes_of_steps(evaluations, steps):
+    """Training minutes at `steps`, interpolated between the evaluations' (linear in the step beyond)."""
+    import numpy as np
+
+    known_steps = [e["step"] for e in evaluations]
+    known_minutes = [e["train_seconds"] / 60.0 for e in evaluations]
+    if not known_steps:
+        return [0.0 for _ in steps]
+    rate = known_minutes[-1] / known_steps[-1]
+    return [float(np.interp(step, known_steps, known_minutes)) if step <= known_steps[-1] else step * rate
+            for step in steps]
+
+
+def plot_validation(path, record, chosen, title):
+    """Validation BLEU and loss of each evaluation against training minutes; the best checkpoints by
+    loss and the chosen candidate (name, steps) marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    evaluations = record.evaluations
+    minutes = [e["train_seconds"] / 60.0 for e in evaluations]
+    best_steps = {entry["step"] for entry in record.best}
+    name, chosen_steps = chosen
+    figure, axes = pyplot.subplots(2, 1, sharex=True, figsize=(7, 6))
+    for axis, measure, label in ((axes[0], "bleu", "validation BLEU (eval_sentences)"),
+                                 (axes[1], "loss", "validation loss (all of val)")):
+        values = [e["validation"].get(measure) for e in evaluations]
+        axis.plot(minutes, values, "o-", markersize=3, label=label)
+        for marked, style, legend in ((best_steps, "s", "best by validation loss"),
+                                      (set(chosen_steps), "*", f"chosen on val: {name}")):
+            points = [(m, v) for m, v, e in zip(minutes, values, evaluations) if e["step"] in marked]
+            if points:
+                axis.plot(*zip(*points), style, markersize=10 if style == "*" else 7, fillstyle="none",
+                          label=legend)
+        for m in minutes_of_steps(evaluations, [s for s in chosen_steps if s not in {e["step"] for e in evaluations}]):
+            axis.axvline(m, color="tab:red", alpha=0.4, linewidth=1)  # a chosen step between evaluations
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    axes[1].set_xlabel("training minutes")
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
 
 
 def main():
@@ -60,6 +134,7 @@ def main():
 
     from keras_transformer.data import SubwordTokenizer, get_corpus, shared_data_root
     from keras_transformer.data.corpora import read_aligned_files
+    from keras_transformer.training.best_checkpoints import ValidationRecord
     from keras_transformer.training.evaluation import BeamSearchTranslator, score
     from keras_transformer.training.run import train_and_evaluate
     from keras_transformer.training.run_config import RunConfigs, apply_overrides, preset_configs
@@ -75,14 +150,19 @@ def main():
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
 
     validation = list(get_corpus("multi30k").pairs("validation"))[:args.max_sentences]
-    best = None
-    for name, model in candidate_models(configs, workdir, result.averaged_weights, args.candidates):
+    best, tried = None, {}
+    for name, steps, model in candidate_models(configs, workdir, args.candidates):
         translator = BeamSearchTranslator(model, tokenizer, configs.decode)
         scores = score(translator.translate([s for s, _ in validation], progress=True), [r for _, r in validation])
         log(f"val BLEU of {name}: {scores.bleu:.2f}")
-        if best is None or scores.bleu > best[2].bleu:
-            best = (name, translator, scores)
-    name, translator, validation_scores = best
+        tried[name] = round(scores.bleu, 2)
+        if best is None or scores.bleu > best[3].bleu:
+            best = (name, steps, translator, scores)
+    name, steps, translator, validation_scores = best
+    png = workdir / "validation.png"
+    plot_validation(png, ValidationRecord.read(workdir), (name, steps),
+                    f"Multi30k val, {args.preset}, {args.minutes:g}-minute budget, {result.step} steps"
+                    f"{' (stopped early)' if result.stopped_early else ''}")
 
     for test_set in ("test_2016_flickr", "test_2017_flickr"):
         pairs, _ = read_aligned_files(folder / f"{test_set}.en", folder / f"{test_set}.de")
@@ -91,7 +171,8 @@ def main():
         log(scores.report(f"{test_set} ({name})"))
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),
              signature=scores.bleu_signature, chrf=round(scores.chrf, 2), checkpoint=name,
-             val_bleu=round(validation_scores.bleu, 2), steps=result.step, budget_minutes=args.minutes,
+             val_bleu=round(validation_scores.bleu, 2), candidates=tried, steps=result.step,
+             stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
              wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=configs.decode.beam_size,
              sentences=len(pairs))
 

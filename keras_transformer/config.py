@@ -173,9 +173,18 @@ TABLE3_ROWS = {
 }
 
 
+# Which checkpoints the final model averages: the last ones (the paper's) or the best by validation loss.
+AVERAGED_CHECKPOINTS = ("last", "best")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(JsonConfig):
-    """Training settings (section 5): Adam with the paper's betas and the warm-up schedule."""
+    """Training settings (section 5): Adam with the paper's betas and the warm-up schedule.
+
+    checkpoints_to_average and average (section 6.1): the final model is the average of
+    checkpoints_to_average checkpoints, the last ones ("last", the paper's) or the best ones by
+    validation loss ("best", kept by RunConfig.keep_best_checkpoints; not in the paper).
+    """
 
     train_steps: int = 100_000
     warmup_steps: int = 4000
@@ -184,12 +193,15 @@ class TrainConfig(JsonConfig):
     adam_epsilon: float = 1e-9
     tokens_per_batch: int = 25_000
     checkpoints_to_average: int = 5
+    average: str = "last"
 
     def __post_init__(self):
         for name in ("train_steps", "warmup_steps", "tokens_per_batch", "checkpoints_to_average"):
             value = getattr(self, name)
             _require(isinstance(value, int) and value > 0,
                      f"TrainConfig.{name} must be a positive integer; got {value!r}")
+        _require(self.average in AVERAGED_CHECKPOINTS,
+                 f"TrainConfig.average must be one of {AVERAGED_CHECKPOINTS}; got {self.average!r}")
 
 
 TRAIN_PRESETS = {

@@ -14,7 +14,7 @@ import pathlib
 import sys
 
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
-from pipelines.train_wmt import add_job_flags, flag_assignments, run_job
+from pipelines.train_wmt import add_job_flags, averaged_description, flag_assignments, run_job
 from keras_transformer.parsing.configs import PARSING_PRESETS, parsing_configs
 from keras_transformer.training.run_config import RunConfigs, apply_overrides
 
@@ -68,8 +68,7 @@ def main(argv=None):
     code, result = run_job(args, configs, args.workdir, task=PARSING)
     if result is None or result.scores is None:
         return code
-    name = f"({result.step} steps, average of the last {configs.train.checkpoints_to_average} checkpoints, " \
-           f"beam {configs.decode.beam_size}, alpha {configs.decode.alpha})"
+    name = f"({averaged_description(configs, result)}, beam {configs.decode.beam_size}, alpha {configs.decode.alpha})"
     print(dev_scores(result, configs).report(f"dev {name}"))
     print(result.scores.report(f"test {name}"))
     if result.export_path is not None:

@@ -1,6 +1,10 @@
 """Train a Transformer with the paper's recipe, average its last checkpoints, translate the test set with
 beam search, score it with sacreBLEU and export it.
 
+Not in the paper, off by default: `--average best` averages the best checkpoints by validation loss
+(kept besides the latest ones in <workdir>/checkpoints/best), and `--early-stopping-patience N`
+stops training once the validation loss has not improved for N evaluations.
+
     python -m pipelines.train_wmt --preset base                       # WMT14 en-de via TFDS, 100K steps
     python -m pipelines.train_wmt --preset tiny --dataset numbers --workdir runs/numbers-tiny   # offline
 
@@ -14,6 +18,7 @@ import re
 import sys
 
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from keras_transformer.config import AVERAGED_CHECKPOINTS
 from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
 from keras_transformer.training.run_config import (MIXED_PRECISION_MODES, RunConfigs, apply_overrides,
                                                    preset_configs)
@@ -41,6 +46,17 @@ def parse_args(argv=None):
                              "(default runs/<dataset>-<preset>)")
     add_job_flags(parser)
     return parser.parse_args(argv)
+
+
+def non_negative_int(text):
+    """argparse type: an integer >= 0 (argparse names the flag in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0 turns it off), got {value}")
+    return value
 
 
 def add_job_flags(parser):
@@ -71,7 +87,15 @@ def add_job_flags(parser):
     parser.add_argument("--checkpoint-every-steps", type=int, help="save every N steps")
     parser.add_argument("--checkpoint-every-minutes", type=float, help="save every M minutes (the paper: 10)")
     parser.add_argument("--keep-checkpoints", type=int, help="checkpoints kept (at least the number averaged)")
-    parser.add_argument("--eval-every-steps", type=int, help="validation loss and BLEU every N steps")
+    parser.add_argument("--keep-best-checkpoints", type=non_negative_int,
+                        help="the best checkpoints by validation loss kept besides the latest ones (0: none)")
+    parser.add_argument("--eval-every-steps", type=int,
+                        help="validation loss and BLEU every N steps (a checkpoint is saved at each)")
+    parser.add_argument("--early-stopping-patience", type=non_negative_int,
+                        help="stop training once the validation loss has not improved for N evaluations, then "
+                             "average, score and export (default 0: never, as in the paper)")
+    parser.add_argument("--average", choices=AVERAGED_CHECKPOINTS,
+                        help="average the last checkpoints (the paper's, default) or the best by validation loss")
     parser.add_argument("--log-every-steps", type=int, help="training scalars to TensorBoard every N steps")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any config field, e.g. --set dropout_rate=0.2 --set data.max_length=128 "
@@ -99,6 +123,8 @@ def flag_assignments(args):
              "run.checkpoint_every_steps": args.checkpoint_every_steps,
              "run.checkpoint_every_minutes": args.checkpoint_every_minutes,
              "run.keep_checkpoints": args.keep_checkpoints, "run.eval_every_steps": args.eval_every_steps,
+             "run.keep_best_checkpoints": args.keep_best_checkpoints,
+             "run.early_stopping_patience": args.early_stopping_patience, "train.average": args.average,
              "run.log_every_steps": args.log_every_steps, "run.max_train_minutes": args.max_train_minutes}
     return [f"{key}={value}" for key, value in flags.items() if value is not None]
 
@@ -115,11 +141,18 @@ def main(argv=None):
     workdir = args.workdir or pathlib.Path("runs") / run_name
     code, result = run_job(args, configs, workdir)
     if result is not None and result.scores is not None:
-        print(result.scores.report(f"test ({result.step} steps, average of the last "
-                                   f"{configs.train.checkpoints_to_average} checkpoints, beam {configs.decode.beam_size})"))
+        print(result.scores.report(f"test ({averaged_description(configs, result)}, beam {configs.decode.beam_size})"))
         if result.export_path is not None:
             print(f"SavedModel: {result.export_path}")
     return code
+
+
+def averaged_description(configs, result):
+    """E.g. "300 steps, average of the last 3 checkpoints", for the lines that print the scores."""
+    stopped = ", stopped early" if result.stopped_early else ""
+    count = configs.train.checkpoints_to_average
+    chosen = f"the last {count}" if configs.train.average == "last" else f"the best {count} by validation loss"
+    return f"{result.step} steps{stopped}, average of {chosen} checkpoints"
 
 
 def run_job(args, configs, workdir, task=None):

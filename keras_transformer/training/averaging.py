@@ -1,5 +1,6 @@
 """Checkpoint averaging (section 6.1): the base model is the average of the last 5 checkpoints, the big
-one of the last 20, written every 10 minutes.
+one of the last 20, written every 10 minutes. Not in the paper: the average of the best checkpoints
+by validation loss instead (select="best", see best_checkpoints.py).
 
 The average is written as a Keras weights file, workdir/averaged.weights.h5, that loads into a
 Transformer built from workdir/model_config.json (`model.load_weights(path)`).
@@ -14,6 +15,7 @@ import tensorflow as tf
 from keras_transformer.config import TransformerConfig
 from keras_transformer.export import restore_checkpoint
 from keras_transformer.model import Transformer
+from keras_transformer.training.best_checkpoints import best_checkpoints
 from keras_transformer.training.checkpointing import checkpoint_directory
 
 AVERAGED_WEIGHTS = "averaged.weights.h5"
@@ -47,18 +49,22 @@ def average_checkpoints(model: Transformer, checkpoint_paths: Sequence[str]) -> 
     return model
 
 
-def average_run(workdir, count: int, output: Optional[pathlib.Path] = None) -> pathlib.Path:
-    """Averages the last `count` checkpoints of the run in workdir into its averaged.weights.h5."""
+def average_run(workdir, count: int, output: Optional[pathlib.Path] = None, select: str = "last") -> pathlib.Path:
+    """Averages `count` checkpoints of the run in workdir into its averaged.weights.h5 (or `output`):
+    the last ones (select="last") or the best ones by validation loss (select="best")."""
     workdir = pathlib.Path(workdir)
+    choosers = {"last": last_checkpoints, "best": best_checkpoints}
+    if select not in choosers:
+        raise ValueError(f"select must be one of {sorted(choosers)}; got {select!r}")
     config = TransformerConfig.from_json((workdir / "model_config.json").read_text())
-    paths = last_checkpoints(workdir, count)
+    paths = choosers[select](workdir, count)
     if len(paths) < count:
-        logger.warning("averaging %d checkpoints: the run has only %d of the %d asked for",
-                       len(paths), len(paths), count)
+        logger.warning("averaging %d checkpoints: the run has only %d %s ones of the %d asked for",
+                       len(paths), len(paths), select, count)
     model = average_checkpoints(Transformer(config), paths)
     output = pathlib.Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
     temporary = output.with_name(output.name.replace(".weights.h5", ".tmp.weights.h5"))
     model.save_weights(str(temporary))
     temporary.replace(output)
-    logger.info("averaged %s into %s", ", ".join(pathlib.Path(p).name for p in paths), output)
+    logger.info("averaged the %s %s into %s", select, ", ".join(pathlib.Path(p).name for p in paths), output)
     return output

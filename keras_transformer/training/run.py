@@ -5,8 +5,9 @@
     print(result.scores.report())
 
 Restarting the same job on the same workdir resumes it from its latest checkpoint: same step,
-learning rate, data position and dropout state (see checkpointing.py and data_stream.py); a
-finished job only redoes the averaging and the test translation (its export is reused).
+learning rate, data position and dropout state (see checkpointing.py and data_stream.py), and the
+same best checkpoints and early stopping counter (best_checkpoints.py); a finished job, or one
+stopped early, only redoes the averaging and the test translation (its export is reused).
 """
 import dataclasses
 import hashlib
@@ -27,6 +28,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.precision import avoid_slow_float16_fusions
 from keras_transformer.schedule import paper_optimizer
 from keras_transformer.training.averaging import average_run
+from keras_transformer.training.best_checkpoints import ValidationRecord, ValidationSelection
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
@@ -58,6 +60,7 @@ class RunResult:
     scores: Optional[Scores] = None
     export_path: Optional[pathlib.Path] = None
     evaluations: list = dataclasses.field(default_factory=list)  # (step, validation values)
+    stopped_early: bool = False  # the validation loss stopped improving (run.early_stopping_patience)
 
 
 def fit_segments(start_step: int, train_steps: int, eval_every: int) -> list[tuple[int, int, int]]:
@@ -118,8 +121,15 @@ def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
     return model, position, run_checkpoint
 
 
+def kept_best_checkpoints(configs: RunConfigs) -> int:
+    """How many best checkpoints the run keeps: enough for its average when it averages the best."""
+    averaged = configs.train.checkpoints_to_average if configs.train.average == "best" else 0
+    return max(configs.run.keep_best_checkpoints, averaged)
+
+
 def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer, workdir, chief, verbose, task):
-    """model.fit from the restored step to train_steps; returns the monitor's evaluations."""
+    """model.fit from the restored step to train_steps, or until early stopping; returns the monitor's
+    evaluations and whether it stopped early."""
     run, data = configs.run, configs.data
     validation = strategy.distribute_datasets_from_function(
         lambda context: make_corpus_dataset(corpus, "validation", tokenizer, data, training=False,
@@ -132,12 +142,19 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                                                    translator_class=task.translator_class), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
                               num_samples=run.sample_translations, write=chief, metric=task.validation_metric)
+    selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
+                                    run.early_stopping_patience, write=chief)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes)
     try:
         with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
+            if selection.record.evaluation_missing(run_checkpoint.step, run.eval_every_steps,
+                                                   configs.train.train_steps):
+                monitor.set_model(model)
+                selection.set_model(model)
+                selection.after_evaluation(run_checkpoint.step, monitor.evaluate())
             # One fit call at a time: a mixed_float16 step whose gradients overflow is skipped (the
             # optimizer's step stays), so the remaining fit calls are planned again after each one.
-            while run_checkpoint.step < configs.train.train_steps:
+            while run_checkpoint.step < configs.train.train_steps and not selection.stopped:
                 initial_epoch, epochs, steps = fit_segments(run_checkpoint.step, configs.train.train_steps,
                                                             run.eval_every_steps)[0]
                 start_epoch, start_segment, start_batch = position.value()
@@ -148,7 +165,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                                                     start_segment=start_segment, start_batch=start_batch,
                                                     accumulate_steps=run.accumulate_steps, input_context=context))
                 model.fit(stream, initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
-                          callbacks=[checkpoints, time_limit, monitor], verbose=verbose, shuffle=False)
+                          callbacks=[checkpoints, time_limit, monitor, selection], verbose=verbose, shuffle=False)
                 if checkpoints.diverged:
                     raise TrainingDiverged(checkpoints.diverged)
                 if checkpoints.interrupted:
@@ -159,7 +176,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                     break
     finally:
         monitor.close()
-    return monitor.history
+    return monitor.history, selection.stopped
 
 
 def _worker_lost(error: tf.errors.OpError, when: str, workdir) -> WorkerLost:
@@ -239,6 +256,10 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     The export (when export_dir is given) is in export_precision: float32, bfloat16 or float16.
     task: the corpus, answers and scores of the job (translation; keras_transformer.parsing.task.PARSING).
 
+    Training ends at train_steps, at run.max_train_minutes, or earlier when the validation loss has
+    not improved for run.early_stopping_patience evaluations; then the checkpoints of
+    configs.train.average (the last or the best by validation loss) are averaged.
+
     Raises TrainingDiverged (NaN loss) and TrainingInterrupted (SIGTERM, after saving).
     """
     workdir = pathlib.Path(workdir)
@@ -268,13 +289,16 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     set_mixed_precision(configs.run.mixed_precision)
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
-        evaluations = []
+        record = ValidationRecord.read(workdir)
+        evaluations, stopped_early = [], record.patience_exhausted(configs.run.early_stopping_patience)
         try:
-            check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step},
+            check_workers_agree(strategy, "restored", {"restored checkpoint step": run_checkpoint.step,
+                                                       "recorded evaluations": len(record.evaluations)},
                                 CLUSTER_WAIT_SECONDS)
-            if run_checkpoint.step < configs.train.train_steps:
-                evaluations = _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer,
-                                     workdir, chief, verbose, task)
+            if record.training_left(run_checkpoint.step, configs.train.train_steps, configs.run.eval_every_steps,
+                                    configs.run.early_stopping_patience):
+                evaluations, stopped_early = _train(model, position, run_checkpoint, configs, strategy, corpus,
+                                                    tokenizer, workdir, chief, verbose, task)
         except PEER_FAILURES as error:
             if num_workers(strategy) == 1:
                 raise
@@ -282,10 +306,10 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     finally:
         keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
         avoid_slow_float16_fusions("float32")
-    result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations)
+    result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations, stopped_early=stopped_early)
     if not chief:
         return result
-    result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average)
+    result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average, select=configs.train.average)
     averaged = load_averaged_model(configs, result.averaged_weights)
     translator = BeamSearchTranslator(averaged, tokenizer, configs.decode,  # evaluated, then exported
                                       translator_class=task.translator_class)

@@ -39,8 +39,15 @@ class RunConfig:
         by the real target tokens of all of them, so one step equals a step on their union.
       checkpoint_every_steps, checkpoint_every_minutes: a checkpoint is written when either is due
         (the paper: every 10 minutes), at the last step, and on SIGTERM.
-      keep_checkpoints: checkpoints kept on disk (at least TrainConfig.checkpoints_to_average).
-      eval_every_steps: validation loss, BLEU, sample translations and an attention map this often.
+      keep_checkpoints: the latest checkpoints kept on disk (at least TrainConfig.checkpoints_to_average).
+      keep_best_checkpoints: the best checkpoints by validation loss kept besides the latest ones, in
+        workdir/checkpoints/best (at least checkpoints_to_average when TrainConfig.average is "best");
+        0 keeps none. Validation loss, not BLEU: see keras_transformer/training/best_checkpoints.py.
+      eval_every_steps: validation loss, BLEU, sample translations and an attention map this often;
+        a checkpoint is saved at each evaluation too, so that each evaluated step can be kept.
+      early_stopping_patience: stop training (then average, score and export as at the last step)
+        once the validation loss has not improved for this many evaluations; 0 (the default, as in
+        the paper) never stops early. A resumed run keeps counting (workdir/checkpoints/selection.json).
       log_every_steps: training loss, learning rate, token accuracy and perplexity, each the mean
         over the last log_every_steps steps.
       eval_sentences: validation sentences translated for the BLEU of each evaluation.
@@ -57,7 +64,9 @@ class RunConfig:
     checkpoint_every_steps: int = 1000
     checkpoint_every_minutes: float = 10.0
     keep_checkpoints: int = 20
+    keep_best_checkpoints: int = 5
     eval_every_steps: int = 5000
+    early_stopping_patience: int = 0
     log_every_steps: int = 100
     eval_sentences: int = 500
     sample_translations: int = 4
@@ -70,6 +79,10 @@ class RunConfig:
                      "log_every_steps", "eval_sentences"):
             value = getattr(self, name)
             _require(isinstance(value, int) and value > 0, f"RunConfig.{name} must be a positive integer; got {value!r}")
+        for name in ("keep_best_checkpoints", "early_stopping_patience"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 0, f"RunConfig.{name} must be an integer >= 0 (0: "
+                     f"{'keep none' if name == 'keep_best_checkpoints' else 'no early stopping'}); got {value!r}")
         _require(self.checkpoint_every_minutes > 0,
                  f"RunConfig.checkpoint_every_minutes must be positive; got {self.checkpoint_every_minutes!r}")
         _require(self.max_train_minutes is None or self.max_train_minutes > 0,

@@ -178,7 +178,10 @@ def test_only_the_chief_writes_the_run(two_workers):
     scratch = checkpoint_directory(workdir) / "workertemp_1"
     assert re.findall(r"saved (\S+)", worker_log) == [f"{scratch}/ckpt-{step}"
                                                       for step in range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)]
-    assert sorted(path.name for path in checkpoint_directory(workdir).iterdir() if path.is_dir()) == []
+    # No scratch folder is left; best/ holds the chief's links to the best checkpoint by validation loss.
+    assert sorted(path.name for path in checkpoint_directory(workdir).iterdir() if path.is_dir()) == ["best"]
+    assert [path.name for path in (checkpoint_directory(workdir) / "best").glob("*.index")] == [f"ckpt-{STEPS}.index"]
+    assert (checkpoint_directory(workdir) / "selection.json").is_file()
 
 
 @pytest.mark.slow
