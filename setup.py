@@ -22,6 +22,6 @@ setup(
         "matplotlib>=3.8",
     ],
     extras_require={
-        "test": ["pytest>=8", "nbclient>=0.10", "nbformat>=5.10", "jupytext>=1.16", "ipykernel>=6"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "nbclient>=0.10", "nbformat>=5.10", "jupytext>=1.16", "ipykernel>=6"],
     },
 )

@@ -3,7 +3,7 @@
 
 tests/training/test_pipeline.py checks the run; tests/test_serving_readme.py serves its SavedModel,
 as the README serves what its first command exported. The work is cached on disk under the
-session's base temporary directory, as in tests/trained_tiny.py.
+session's base temporary directory, as in tests/trained_tiny.py (once for all pytest-xdist workers).
 """
 import dataclasses
 import os
@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 import pytest
+
+from tests.trained_tiny import once_per_session
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 README = REPOSITORY / "README.md"
@@ -51,13 +53,13 @@ def run_readme_command(workdir, export_dir):
 
 @pytest.fixture(scope="session")
 def readme_run(tmp_path_factory) -> ReadmeRun:
-    root = tmp_path_factory.getbasetemp() / "readme_run"
-    run = ReadmeRun(root / "runs" / "numbers-reverse-tiny", root / "exported" / "numbers-reverse-tiny",
-                    stdout="", stderr="")
-    stdout_log, stderr_log = root / "stdout.txt", root / "stderr.txt"
-    if not stdout_log.exists():
+    def run_and_keep_its_output(root):
         root.mkdir(parents=True, exist_ok=True)
-        stdout, stderr = run_readme_command(run.workdir, run.export_dir)
-        stderr_log.write_text(stderr)
-        stdout_log.write_text(stdout)  # last: its presence says the run is complete
-    return dataclasses.replace(run, stdout=stdout_log.read_text(), stderr=stderr_log.read_text())
+        stdout, stderr = run_readme_command(root / "runs" / "numbers-reverse-tiny",
+                                            root / "exported" / "numbers-reverse-tiny")
+        (root / "stderr.txt").write_text(stderr)
+        (root / "stdout.txt").write_text(stdout)
+
+    root = once_per_session(tmp_path_factory, "readme_run", run_and_keep_its_output)
+    return ReadmeRun(root / "runs" / "numbers-reverse-tiny", root / "exported" / "numbers-reverse-tiny",
+                     stdout=(root / "stdout.txt").read_text(), stderr=(root / "stderr.txt").read_text())

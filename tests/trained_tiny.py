@@ -6,8 +6,11 @@ tf.train.CheckpointManager of tf.train.Checkpoint(model=..., optimizer=...).
 
 Test modules import the fixtures from here. pytest makes one fixture definition per importing
 module, so a session fixture imported twice would run twice; the work is therefore cached on disk
-under the session's base temporary directory and done only by the first caller.
+under the session's base temporary directory (the one pytest-xdist's workers share) and done only
+by the first caller, under a file lock.
 """
+import fcntl
+import os
 import pathlib
 
 import keras
@@ -52,13 +55,23 @@ def train_tiny_workdir(workdir: pathlib.Path) -> pathlib.Path:
     return workdir
 
 
-def _once(tmp_path_factory, name, make):
-    """make(path) -> path, run by the first caller of the session only (a `done` marker)."""
-    path = tmp_path_factory.getbasetemp() / name
+def session_directory(tmp_path_factory) -> pathlib.Path:
+    """The test session's base temporary directory; under pytest-xdist, the one its workers share
+    (each worker's own is a folder in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once_per_session(tmp_path_factory, name, make):
+    """make(path) -> anything, run by the first caller of the session only (a `done` marker, written
+    last; the others wait on a lock until it is there); returns session_directory/name."""
+    path = session_directory(tmp_path_factory) / name
     marker = path.with_name(name + ".done")
-    if not marker.exists():
-        make(path)
-        marker.touch()
+    with open(path.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            make(path)
+            marker.touch()
     return path
 
 
@@ -71,11 +84,11 @@ def export_tiny(workdir: pathlib.Path, export_dir: pathlib.Path) -> pathlib.Path
 def tiny_workdir(tmp_path_factory) -> pathlib.Path:
     """The trained run directory (model_config.json, decode_config.json, sentencepiece.model,
     checkpoints/); the same weights as Keras saves them are at ../REFERENCE_WEIGHTS."""
-    return _once(tmp_path_factory, "tiny_workdir", train_tiny_workdir)
+    return once_per_session(tmp_path_factory, "tiny_workdir", train_tiny_workdir)
 
 
 @pytest.fixture(scope="session")
 def tiny_saved_model(tiny_workdir, tmp_path_factory) -> pathlib.Path:
     """exported/tiny/1: the trained model exported with the default Translator settings."""
-    _once(tmp_path_factory, "exported", lambda path: export_tiny(tiny_workdir, path / "tiny"))
-    return tmp_path_factory.getbasetemp() / "exported" / "tiny" / "1"
+    return once_per_session(tmp_path_factory, "exported", lambda path: export_tiny(tiny_workdir, path / "tiny")
+                            ) / "tiny" / "1"
