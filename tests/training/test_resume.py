@@ -1,5 +1,5 @@
-"""Nothing is lost: a run killed (SIGKILL) and started again ends where an uninterrupted run ends (in float32,
-mixed_float16 and mixed_bfloat16); SIGTERM
+"""Nothing is lost: a run killed (SIGKILL) and started again ends where an uninterrupted run ends (in float32
+and mixed_float16); SIGTERM
 saves and exits with 143; a NaN loss stops the run without saving over the last good checkpoint.
 
 The subprocess tests run `python -m pipelines.train_wmt` (tiny preset, dropout on, so the saved dropout
@@ -98,7 +98,8 @@ def _checkpoint(run_directory, step):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["off", "mixed_float16", "mixed_bfloat16"])
+# mixed_bfloat16 adds no state to float32's (no loss scale), so float32 and mixed_float16 cover it.
+@pytest.mark.parametrize("precision", ["off", "mixed_float16"])
 def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec, tmp_path, precision):
     """SIGKILL once the first checkpoint is listed, then the same command: it goes on from that
     checkpoint's step and ends with the weights of an uninterrupted run with the same seed, bit for bit.
