@@ -31,3 +31,17 @@ def _seeded():
     yield
     keras.config.set_dtype_policy("float32")
     avoid_slow_float16_fusions("float32")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """How pytest-xdist (`--dist loadgroup`, pytest.ini) shares the tests between its processes: each
+    file's tests go to one process, so that its module fixtures are made once, and the tests that use
+    the README's run (tests/readme_run.py) go to one process too, so that no process waits for the
+    other to finish it. Files with slow tests come first, so that both processes end at about the
+    same time instead of one running the longest files alone at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+    for item in items:
+        group = "readme_run" if "readme_run" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
