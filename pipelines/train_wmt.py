@@ -168,6 +168,7 @@ def run_job(args, configs, workdir, task=None):
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("keras_transformer").setLevel(logging.INFO)  # restored/saved checkpoints, data position
+    from keras_transformer.training.best_checkpoints import NoBestCheckpoints
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
     from keras_transformer.training.distribution import (ClusterConfigError, WorkerLost, XlaCompilationError,
                                                          select_strategy)
@@ -180,7 +181,7 @@ def run_job(args, configs, workdir, task=None):
         result = train_and_evaluate(workdir, configs, strategy=strategy, export_dir=export_dir,
                                     export_precision=args.export_precision, verbose=args.verbose,
                                     task=task or TRANSLATION)
-    except (TrainingDiverged, XlaCompilationError, ClusterConfigError, WorkerLost) as error:
+    except (TrainingDiverged, XlaCompilationError, ClusterConfigError, WorkerLost, NoBestCheckpoints) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1, None
     except TrainingInterrupted as error:

@@ -40,6 +40,10 @@ SELECTION_FILE = "selection.json"
 BEST_DIRECTORY = "best"
 
 
+class NoBestCheckpoints(FileNotFoundError):
+    """Best checkpoints were asked for but the run has none (no evaluation yet, or it keeps none)."""
+
+
 class ValidationRecord:
     """The evaluations of a run and its best checkpoints by validation loss, as in selection.json.
 
@@ -114,7 +118,7 @@ def best_directory(workdir) -> pathlib.Path:
 def best_checkpoints(workdir, count: int) -> list[str]:
     """Paths of the `count` best checkpoints by validation loss (in step order), in workdir/checkpoints/best.
 
-    Raises FileNotFoundError when no evaluation is recorded yet.
+    Raises NoBestCheckpoints when there are none (no evaluation recorded yet, or none kept).
     """
     record = ValidationRecord.read(workdir)
     if not record.best:
@@ -124,7 +128,7 @@ def best_checkpoints(workdir, count: int) -> list[str]:
             why = (f"no validation evaluation is recorded in {selection_path(workdir)} yet, so there are no best "
                    f"checkpoints: they are chosen at each evaluation (every run.eval_every_steps steps). Train past "
                    f"the first evaluation, or")
-        raise FileNotFoundError(f"{why} average the last checkpoints (pipelines.average_checkpoints --select last; "
+        raise NoBestCheckpoints(f"{why} average the last checkpoints (pipelines.average_checkpoints --select last; "
                                 f"train_wmt --average last)")
     steps = sorted(entry["step"] for entry in record.best[:count])
     return [str(best_directory(workdir) / f"{CHECKPOINT_PREFIX}-{step}") for step in steps]

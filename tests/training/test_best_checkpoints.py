@@ -297,3 +297,15 @@ def test_a_run_killed_before_an_evaluation_resumes_with_its_counter_and_stops_ea
 
     again = train_and_evaluate(workdir, configs, verbose=0)
     assert (again.step, again.stopped_early, again.evaluations) == (60, True, [])
+
+
+def test_averaging_the_best_before_any_evaluation_is_one_error_line_not_a_traceback(tmp_path, capsys):
+    """--average best on a run whose time limit came before its first evaluation: exit 1 and an
+    error that says why and what to do."""
+    code = train_wmt.main(["--preset", "tiny", "--dataset", "numbers", "--workdir", str(tmp_path / "run"),
+                           "--no-export", "--average", "best", "--train-steps", "50", "--eval-every-steps", "50",
+                           "--max-train-minutes", "0.000001", "--verbose", "0"])
+    error = capsys.readouterr().err
+    assert code == 1, error[-3000:]
+    assert "error: no validation evaluation is recorded" in error and "--average last" in error, error[-3000:]
+    assert "Traceback" not in error
