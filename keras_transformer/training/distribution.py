@@ -318,6 +318,8 @@ def mixed_precision_policy(mode: str) -> str:
 
 
 _warned_float16_without_gpu = False
+
+
 def set_mixed_precision(mode: str) -> str:
     """Sets the global Keras dtype policy for `mode` (before the model is built); returns its name.
 
