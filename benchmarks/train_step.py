@@ -25,9 +25,8 @@ def main():
     import keras_transformer as kt
 
     keras.utils.set_random_seed(0)
-    from keras_transformer.precision import avoid_slow_float16_fusions
-    avoid_slow_float16_fusions(args.dtype_policy)
-    keras.config.set_dtype_policy(args.dtype_policy)
+    from keras_transformer.precision import set_dtype_policy
+    set_dtype_policy(args.dtype_policy)
     model = kt.Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.compile()
     source = tf.random.uniform((args.batch_size, args.source_length), 4, args.vocab_size, tf.int32)

@@ -114,6 +114,12 @@ def avoid_slow_float16_fusions(policy: str):
         _remapping_disabled = disable
 
 
+def set_dtype_policy(policy: str):
+    """keras.config.set_dtype_policy(policy), with the remapper set for it (avoid_slow_float16_fusions)."""
+    avoid_slow_float16_fusions(policy)
+    keras.config.set_dtype_policy(policy)
+
+
 def model_in_precision(model, precision):
     """model with its weights stored and its products computed in `precision` (see the module
     docstring): model itself if it is in that precision already, else a new model of the same

@@ -19,7 +19,7 @@ NUM_LOGICAL_CPUS = 8
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
-from keras_transformer.precision import avoid_slow_float16_fusions  # noqa: E402  (after the devices are set)
+from keras_transformer.precision import set_dtype_policy  # noqa: E402  (after the devices are set)
 
 
 @pytest.fixture(autouse=True)
@@ -29,8 +29,7 @@ def _seeded():
     keras.utils.set_random_seed(1234)
     keras.config.set_dtype_policy("float32")
     yield
-    keras.config.set_dtype_policy("float32")
-    avoid_slow_float16_fusions("float32")
+    set_dtype_policy("float32")
 
 
 @pytest.hookimpl(tryfirst=True)

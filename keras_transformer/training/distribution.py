@@ -29,7 +29,7 @@ import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.eager import context
 
-from keras_transformer.precision import avoid_slow_float16_fusions
+from keras_transformer.precision import set_dtype_policy
 
 logger = logging.getLogger(__name__)
 
@@ -334,8 +334,7 @@ def set_mixed_precision(mode: str) -> str:
                        "converting to float32 and back, so this is slower than float32 here; use it to test "
                        "what runs on GPUs (on CPUs with AVX512_BF16 or AMX, mixed_bfloat16 is the fast choice)")
         _warned_float16_without_gpu = True
-    avoid_slow_float16_fusions(policy)
-    keras.config.set_dtype_policy(policy)
+    set_dtype_policy(policy)
     return policy
 
 

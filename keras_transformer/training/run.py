@@ -25,7 +25,7 @@ import tensorflow as tf
 from keras_transformer.data import load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.export import Translator, export_translator
 from keras_transformer.model import Transformer
-from keras_transformer.precision import avoid_slow_float16_fusions
+from keras_transformer.precision import set_dtype_policy
 from keras_transformer.schedule import paper_optimizer
 from keras_transformer.training.averaging import average_run
 from keras_transformer.training.best_checkpoints import ValidationRecord, ValidationSelection
@@ -304,8 +304,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
                 raise
             raise _worker_lost(error, f"at step {run_checkpoint.step}", workdir) from error
     finally:
-        keras.config.set_dtype_policy("float32")  # evaluation and export in full precision
-        avoid_slow_float16_fusions("float32")
+        set_dtype_policy("float32")  # evaluation and export in full precision
     result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations, stopped_early=stopped_early)
     if not chief:
         return result

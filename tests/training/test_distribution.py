@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.precision import avoid_slow_float16_fusions
+from keras_transformer.precision import set_dtype_policy
 from keras_transformer.training.data_stream import DataPosition, pack_micro_batches
 from keras_transformer.training.training_model import TrainingTransformer
 
@@ -76,8 +76,7 @@ def _train_one_step(strategy, initial_weights, dataset, accumulate_steps=1, poli
     """One optimizer step of a TrainingTransformer (SGD, learning rate 1) from initial_weights on
     `dataset` (one step's elements) under a dtype policy; returns (reported loss, weights,
     DataPosition value)."""
-    avoid_slow_float16_fusions(policy)
-    keras.config.set_dtype_policy(policy)
+    set_dtype_policy(policy)
     with strategy.scope():
         position = DataPosition()
         model = TrainingTransformer(CONFIG, accumulate_steps=accumulate_steps, data_position=position)

@@ -24,7 +24,7 @@ import tensorflow as tf
 from keras_transformer.config import TransformerConfig
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.optimizers import Adam
-from keras_transformer.precision import avoid_slow_float16_fusions
+from keras_transformer.precision import set_dtype_policy
 from keras_transformer.training.checkpointing import MIN_LOSS_SCALE, CheckpointCallback, RunCheckpoint
 from keras_transformer.training.distribution import inner_optimizer, loss_scale
 from keras_transformer.training.training_model import TrainingTransformer
@@ -59,8 +59,7 @@ def initial_weights():
 def _model(policy, initial_weights, jit_compile=False, loss=None):
     """A compiled TrainingTransformer under `policy` with initial_weights and a built optimizer (our
     fused Adam; Keras wraps it in a LossScaleOptimizer under mixed_float16)."""
-    avoid_slow_float16_fusions(policy)
-    keras.config.set_dtype_policy(policy)
+    set_dtype_policy(policy)
     model = TrainingTransformer(CONFIG)
     model.compile(optimizer=Adam(LEARNING_RATE, beta_1=0.9, beta_2=0.98, epsilon=1e-9), loss=loss,
                   jit_compile=jit_compile)
