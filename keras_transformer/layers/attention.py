@@ -61,6 +61,16 @@ def write_slots(buffer, rows, values):
     return tf.reshape(flat, shape)
 
 
+def visible_positions(cache_length, step):
+    """How many cache positions an incremental decoding step reads: step + 1 (the rest cannot be
+    seen yet), so a step costs the prefix it attends to rather than the cache's whole length L
+    (beam 21 with L = input + 300, the parser's, would read mostly empty slots); L under XLA,
+    whose shapes must not change from one step to the next."""
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return cache_length
+    return tf.minimum(tf.cast(step, tf.int32) + 1, cache_length)
+
+
 def scaled_dot_product_attention(query, key, value, bias, dropout=None, training=None):
     """softmax(Q K^T / sqrt(d_k) + bias) V (section 3.2.1).
 
@@ -176,8 +186,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
         query (B*W, 1, D) is position `step` of W hypotheses per sentence, batch-major; cache (see
         `initial_cache`) holds keys/values of positions < step in slots [0, step) of a fixed
-        length L. attention_mask: boolean (B, W, L*W), the slots each hypothesis may see
-        (masking.cached_beam_mask); by default each row sees its own slots 0..step. Returns the
+        length L. attention_mask: boolean (B, W, P*W), the slots of the first P positions each
+        hypothesis may see (masking.cached_beam_mask), P = `visible_positions`: only those are
+        read; by default each row sees its own slots 0..step. Returns the
         output (B*W, 1, D) and the cache with position `step` written in, in place: the cache
         passed in is consumed (write_slots).
         """
@@ -194,11 +205,14 @@ class MultiHeadAttention(keras.layers.Layer):
         cache = {"key": write_slots(cache["key"], rows, tf.reshape(key, (-1, beam_size * k))),
                  "value": write_slots(cache["value"], rows, tf.reshape(value, (-1, beam_size * v)))}
         if attention_mask is None:
-            own_slots = tf.broadcast_to(tf.range(beam_size)[None, :, None], (1, beam_size, cache_length))
+            visible = visible_positions(cache_length, step)
+            own_slots = tf.broadcast_to(tf.range(beam_size)[None, :, None], (1, beam_size, visible))
             attention_mask = masking.cached_beam_mask(own_slots, step)
-        keys = tf.reshape(cache["key"], (sentences, h, cache_length * beam_size, k))  # (B, H, L*W, K)
-        values = tf.reshape(cache["value"], (sentences, h, cache_length * beam_size, v))  # (B, H, L*W, V)
-        bias = masking.mask_to_bias(attention_mask, query.dtype)  # (B, 1, W, L*W)
+        # Only the first P = attention_mask's width / W positions are read (P = step + 1 outside XLA).
+        visible = tf.shape(attention_mask)[-1] // beam_size
+        keys = tf.reshape(cache["key"][:, :, :visible], (sentences, h, visible * beam_size, k))  # (B, H, P*W, K)
+        values = tf.reshape(cache["value"][:, :, :visible], (sentences, h, visible * beam_size, v))  # (B, H, P*W, V)
+        bias = masking.mask_to_bias(attention_mask, query.dtype)  # (B, 1, W, P*W)
         context, _ = scaled_dot_product_attention(q, keys, values, bias)  # (B, H, W, V)
         context = tf.reshape(transpose(context, (0, 2, 1, 3)), (sentences * beam_size, 1, h * v))
         return dense(context, self.output_kernel, self.output_bias), cache

@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import masking
+from keras_transformer.layers.attention import visible_positions
 from keras_transformer.layers.encoder import _LayerArgs, _Stack
 
 
@@ -137,7 +138,8 @@ class Decoder(_Stack):
         rows, cache_length = tf.shape(cache["beams"])[0], tf.shape(cache["beams"])[1]
         own_slot = tf.range(rows) % beam_size  # (B*W,)
         beams = tf.where(tf.range(cache_length) == step, own_slot[:, None], cache["beams"])  # (B*W, L)
-        mask = masking.cached_beam_mask(tf.reshape(beams, (-1, beam_size, cache_length)), step)
+        visible = visible_positions(cache_length, step)
+        mask = masking.cached_beam_mask(tf.reshape(beams[:, :visible], (-1, beam_size, visible)), step)
         new_layers = []
         for layer, key_value, layer_cache in zip(self.stack, memory_key_values, cache["layers"]):
             x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size, mask)
