@@ -2,17 +2,21 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--candidates 3] [--threads 2] [--set FIELD=VALUE ...]
+        [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2] [--set FIELD=VALUE ...]
 
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA) with pipelines.train_parser's
 job (keras_transformer.training.run.train_and_evaluate with the parsing task), stopping after
---minutes. The job's own final evaluation is pointed at dev, not test, so test is decoded once only:
-dev F1 is then computed for the averaged weights and the last --candidates checkpoints, the best is
-written to <workdir>/chosen.weights.h5 (which `python -m pipelines.parse --model <workdir>` uses)
-and only it parses test. Prints one JSON line: {"task": "gum_parsing", "dev_f1", "test_f1",
-"checkpoint", ...} (F1 in percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1
-against training minutes (the evaluations during training, on the first run.eval_sentences dev
-sentences, and the candidates on all of dev). Running the same command again resumes the run.
+--minutes, without the job's own closing evaluation, so that test is decoded once only: dev F1 is
+computed for the averaged weights and the last --candidates checkpoints on the first
+--choice-sentences dev sentences (all of dev with 0; a beam of 21 over all 1,575 takes about as
+long as the training, per candidate), the best is written to <workdir>/chosen.weights.h5 (which
+`python -m pipelines.parse --model <workdir>` uses), and only it parses all of dev and test. Prints
+one JSON line: {"task": "gum_parsing", "dev_f1" (all of dev), "test_f1", "checkpoint", ...} (F1 in
+percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1 against training minutes (the
+evaluations during training, on the first run.eval_sentences dev sentences, and the candidates).
+
+Running the same command again resumes an interrupted run, for up to --minutes more; with
+--skip-training it chooses and scores the run in --workdir as it stands.
 """
 import argparse
 import json
@@ -32,6 +36,10 @@ def parse_args():
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
+    parser.add_argument("--choice-sentences", type=int, default=400,
+                        help="dev sentences the candidates are compared on (0: all)")
+    parser.add_argument("--skip-training", action="store_true",
+                        help="choose and score the run in --workdir as it stands, without training it further")
     parser.add_argument("--max-sentences", type=int,
                         help="use only the first N dev and test sentences (a quick check of the script; "
                              "reported figures use all)")
@@ -111,7 +119,11 @@ def main():
     from keras_transformer.parsing.corpus import TreebankCorpus
     from keras_transformer.parsing.task import PARSING, parse_scores
     from keras_transformer.training.evaluation import BeamSearchTranslator
-    from keras_transformer.training.run import train_and_evaluate
+    import tensorflow as tf
+
+    from keras_transformer.training.averaging import average_run
+    from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
+    from keras_transformer.training.run import RunResult, train_and_evaluate
     from keras_transformer.training.run_config import RunConfigs, apply_overrides
 
     folder = shared_data_root() / "gum"
@@ -122,35 +134,49 @@ def main():
     configs = parsing_configs(args.preset, folder / "train.ptb", folder / "dev.ptb", folder / "dev.ptb")
     configs = apply_overrides(configs, [f"run.max_train_minutes={args.minutes}", *args.overrides])
     started = time.monotonic()
-    result = train_and_evaluate(workdir, configs, verbose=2, task=PARSING)
+    if args.skip_training:
+        if not (workdir / "run_config.json").is_file():
+            sys.exit(f"--skip-training: no run in {workdir}")
+        configs = RunConfigs.read(workdir)
+        step = checkpoint_step(tf.train.latest_checkpoint(str(checkpoint_directory(workdir))))
+        result = RunResult(workdir=workdir, step=step, averaged_weights=average_run(
+            workdir, configs.train.checkpoints_to_average, select=configs.train.average))
+    else:
+        result = train_and_evaluate(workdir, configs, verbose=2, task=PARSING, evaluate_test=False)
     configs = RunConfigs.read(workdir)
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
     start = first_wall_time(workdir)
 
     dev = list(TreebankCorpus({"train": folder / "train.ptb", "validation": folder / "dev.ptb"}).pairs(
         "validation"))[:args.max_sentences]
+    choice = dev[:args.choice_sentences or None]
+
+    def scored(parser, pairs):
+        return parse_scores([s for s, _ in pairs], parser.translate([s for s, _ in pairs], progress=True),
+                            [r for _, r in pairs])
+
     best, tried = None, []
     for name, model, stamp in candidates(configs, workdir, result.averaged_weights, args.candidates):
         parser = BeamSearchTranslator(model, tokenizer, configs.decode, translator_class=PARSING.translator_class)
-        scores = parse_scores([s for s, _ in dev], parser.translate([s for s, _ in dev], progress=True),
-                              [r for _, r in dev])
-        log(scores.report(f"dev ({name})"))
+        scores = scored(parser, choice)
+        log(scores.report(f"dev, first {len(choice)} sentences ({name})"))
         tried.append((name, (stamp.stat().st_mtime - start) / 60.0 if start else 0.0, scores.f1))
         if best is None or scores.f1 > best[2].f1:
             best = (name, model, scores, parser)
-    name, model, dev_scores, parser = best
+    name, model, choice_scores, parser = best
     model.save_weights(str(workdir / CHOSEN_WEIGHTS))
+    dev_scores = scored(parser, dev) if len(choice) < len(dev) else choice_scores
+    log(dev_scores.report(f"dev ({name})"))
 
     test = list(TreebankCorpus({"train": folder / "train.ptb", "test": folder / "test.ptb"}).pairs(
         "test"))[:args.max_sentences]
-    test_scores = parse_scores([s for s, _ in test], parser.translate([s for s, _ in test], progress=True),
-                               [r for _, r in test])
+    test_scores = scored(parser, test)
     log(test_scores.report(f"test ({name})"))
     evaluations = scalar_events(workdir / "tensorboard" / "validation", "f1")
     during = [((wall - start) / 60.0, f1) for wall, _, f1 in evaluations]
     png = workdir / "dev_f1.png"
     plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {args.minutes:g}-minute budget, "
-                                    f"{result.step} steps", len(dev))
+                                    f"{result.step} steps", len(choice))
     (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
                                                           "test": test_scores.__dict__}, indent=2) + "\n")
     emit(task="gum_parsing", preset=args.preset, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
@@ -159,6 +185,7 @@ def main():
          test_error_sentences=test_scores.error_sentences, steps=result.step, budget_minutes=args.minutes,
          wall_minutes=round((time.monotonic() - started) / 60.0, 1), beam=configs.decode.beam_size,
          alpha=configs.decode.alpha, threads=args.threads, dev_sentences=len(dev), test_sentences=len(test),
+         choice_sentences=len(choice), candidates={n: round(f1, 2) for n, _, f1 in tried},
          png=str(png))
 
 

@@ -144,7 +144,7 @@ def main():
     configs = apply_overrides(preset_configs(args.preset, "multi30k"),
                               [f"run.max_train_minutes={args.minutes}", *args.overrides])
     started = time.monotonic()
-    result = train_and_evaluate(workdir, configs, verbose=2)
+    result = train_and_evaluate(workdir, configs, verbose=2, evaluate_test=False)  # test: once, below
     minutes = (time.monotonic() - started) / 60.0
     configs = RunConfigs.read(workdir)
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")

@@ -246,7 +246,7 @@ def export_saved_model(translator: Translator, workdir, export_dir, step, precis
 
 def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.distribute.Strategy] = None,
                        export_dir=None, export_precision="float32", verbose=1,
-                       task: Task = TRANSLATION) -> RunResult:
+                       task: Task = TRANSLATION, evaluate_test: bool = True) -> RunResult:
     """Runs (or resumes) the whole job described by `configs` in `workdir`; see the module docstring.
 
     configs.data.tokens_per_batch is replaced by the micro-batch budget derived from
@@ -255,6 +255,8 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
 
     The export (when export_dir is given) is in export_precision: float32, bfloat16 or float16.
     task: the corpus, answers and scores of the job (translation; keras_transformer.parsing.task.PARSING).
+    evaluate_test: score the averaged weights on the test split (False for a caller that chooses
+      among checkpoints on validation first and then scores the test set once itself).
 
     Training ends at train_steps, at run.max_train_minutes, or earlier when the validation loss has
     not improved for run.early_stopping_patience evaluations; then the checkpoints of
@@ -312,7 +314,8 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     averaged = load_averaged_model(configs, result.averaged_weights)
     translator = BeamSearchTranslator(averaged, tokenizer, configs.decode,  # evaluated, then exported
                                       translator_class=task.translator_class)
-    result.scores = evaluate_test_set(translator, corpus, workdir, task)
+    if evaluate_test:
+        result.scores = evaluate_test_set(translator, corpus, workdir, task)
     if export_dir is not None:
         result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step,
                                                 precision=export_precision)

@@ -295,8 +295,12 @@ def test_a_run_killed_before_an_evaluation_resumes_with_its_counter_and_stops_ea
         np.testing.assert_allclose(got, (first.astype(np.float64) + second) / 2, rtol=1e-6, atol=1e-7)
     assert result.scores is not None and (workdir / "test_scores.json").is_file()
 
-    again = train_and_evaluate(workdir, configs, verbose=0)
+    # Run a third time (without the test set, as benchmarks that choose on validation first do), it
+    # trains no more.
+    (workdir / "test_scores.json").unlink()
+    again = train_and_evaluate(workdir, configs, verbose=0, evaluate_test=False)
     assert (again.step, again.stopped_early, again.evaluations) == (60, True, [])
+    assert again.scores is None and not (workdir / "test_scores.json").exists()
 
 
 def test_averaging_the_best_before_any_evaluation_is_one_error_line_not_a_traceback(tmp_path, capsys):
