@@ -36,9 +36,10 @@ def _seeded():
 def pytest_collection_modifyitems(items):
     """How pytest-xdist (`--dist loadgroup`, pytest.ini) shares the tests between its processes: each
     file's tests go to one process, so that its module fixtures are made once, and the tests that use
-    the README's run (tests/readme_run.py) go to one process too, so that no process waits for the
-    other to finish it. The files run in collection order: slow files first was no faster (923 s
+    the README's runs (tests/readme_run.py) go to one process too, so that no process waits for the
+    other to finish them. The files run in collection order: slow files first was no faster (923 s
     against 877 and 902 s in collection order on the same 2-core machine, 2026-11-24)."""
     for item in items:
-        group = "readme_run" if "readme_run" in item.fixturenames else item.nodeid.split("::")[0]
+        shared = {"readme_run", "readme_parser_run"} & set(item.fixturenames)
+        group = "readme_run" if shared else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))

@@ -10,7 +10,9 @@ Each shell command of the README's ```bash blocks is one of:
     tests/training/test_multi_worker.py (on free ports, with fewer steps);
   - `python -m pipelines.*` and `python benchmarks/*.py`: run here, in a directory where
     runs/numbers-reverse-tiny and exported/numbers-reverse-tiny are the first command's output
-    (benchmarks are run with their shortest settings and only on what they print, never timed).
+    (benchmarks are run with their shortest settings and only on what they print, never timed);
+    the quick parsing run's two commands are run once by tests/readme_run.py (with fewer steps),
+    whose output tests/pipelines/test_train_parser.py checks too, and only checked here.
 A command of any other kind fails the test until it is given a way to run.
 """
 import json
@@ -25,19 +27,12 @@ import sys
 import pytest
 
 from keras_transformer.parsing import parse_tree
-from tests.readme_run import README, REPOSITORY, readme_run  # noqa: F401
+from tests.readme_run import (README, REPOSITORY, readme_commands, readme_parser_commands,  # noqa: F401
+                              readme_parser_run, readme_run)
 from tests.test_serving_readme import ENGLISH_NUMBER
 from tests.training.test_multi_worker import readme_worker_commands
 
 pytestmark = pytest.mark.slow
-
-
-def readme_commands():
-    """Shell commands of the README's bash blocks, continuation lines joined."""
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
-        commands += [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
-    return commands
 
 
 def test_the_second_setup_command_is_what_ci_runs():
@@ -78,23 +73,32 @@ def test_docker_serves_what_the_first_command_exports(readme_run):
 
 
 @pytest.fixture(scope="module")
-def readme_directory(readme_run, tmp_path_factory):
-    """A working directory laid out as after the first command, with a sources.txt to translate."""
+def readme_directory(readme_run, readme_parser_run, tmp_path_factory):
+    """A working directory laid out as after the first command and the quick parsing run, with a
+    sources.txt to translate."""
     directory = tmp_path_factory.mktemp("readme_commands")
     shutil.copytree(readme_run.workdir, directory / "runs" / readme_run.workdir.name)
     shutil.copytree(readme_run.export_dir, directory / "exported" / readme_run.export_dir.name)
+    shutil.copytree(readme_parser_run.directory, directory, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.stdout"))
     (directory / "sources.txt").write_text("sieben\ndreihundertzwölf\n", encoding="utf-8")
     return directory
 
 
 @pytest.mark.parametrize("index", [i for i, c in enumerate(readme_commands()) if c.startswith("python -m pipelines.")])
-def test_readme_pipeline_command_runs(index, readme_directory):
+def test_readme_pipeline_command_runs(index, readme_directory, readme_parser_run):
     command = readme_commands()[index]
     argv = [sys.executable] + shlex.split(command)[1:]
+    if command in readme_parser_commands().values():  # run by readme_parser_run, with fewer steps
+        if "pipelines.train_parser" in command:
+            assert re.search(r"^dev .*EVALB \(COLLINS.prm\) F1 .*\ntest .*F1 .*\nSavedModel: ",
+                             readme_parser_run.stdout["pipelines.train_parser"], flags=re.M)
+        assert (readme_directory / "data" / "toy-treebank" / "sentences.txt").is_file()
+        return
     if "--dataset" not in command and "pipelines.train_wmt" in command:
         argv.append("--dry-run")  # WMT14 cannot be downloaded here; tests/data/test_tfds_corpus.py mocks it
-    if "pipelines.train_parser" in command:  # the WSJ is the LDC's; the quick run, with fewer steps
-        argv += ["--dry-run"] if "/wsj/" in command else ["--train-steps", "20", "--checkpoint-every-steps", "10"]
+    if "pipelines.train_parser" in command:  # the WSJ is the LDC's
+        argv.append("--dry-run")
     result = subprocess.run(argv, cwd=readme_directory, capture_output=True, text=True, timeout=900,
                             env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
     assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
@@ -109,8 +113,6 @@ def test_readme_pipeline_command_runs(index, readme_directory):
         assert '"extra_length": 300' in result.stdout and '"num_layers": 4' in result.stdout
     elif "--dry-run" in argv:
         assert '"train_steps": 100000' in result.stdout and '"d_model": 512' in result.stdout
-    if "pipelines.train_parser" in command and "--dry-run" not in argv:
-        assert re.search(r"^dev .*EVALB \(COLLINS.prm\) F1 .*\ntest .*F1 .*\nSavedModel: ", result.stdout, flags=re.M)
     if "pipelines.parse" in command:
         output = pathlib.Path(readme_directory, re.search(r"--output (\S+)", command).group(1))
         source = pathlib.Path(readme_directory, re.search(r"--input (\S+)", command).group(1))

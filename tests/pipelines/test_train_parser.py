@@ -1,5 +1,6 @@
-"""python -m pipelines.train_parser on a small generated treebank, then python -m pipelines.parse with
-its run directory and with its SavedModel; and bad treebanks stopping the job before training."""
+"""python -m pipelines.train_parser on the generated toy treebank (the README's quick run, made once
+per session by tests/readme_run.py), then python -m pipelines.parse with its run directory and with
+its SavedModel; and bad treebanks stopping the job before training."""
 import json
 import os
 import pathlib
@@ -12,6 +13,7 @@ import pytest
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from pipelines import train_parser
+from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
 from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
@@ -38,15 +40,19 @@ def train_command(paths, workdir, export_dir, steps):
 
 
 @pytest.mark.slow
-def test_train_parser_then_parse(toy_treebank, tmp_path):
-    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    stdout, _ = run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, export_dir, 30))
-    assert re.search(r"^dev \(30 steps, .*beam 4, alpha 0.3\): EVALB \(COLLINS.prm\) F1 \d+\.\d\d .* 12 sentences, "
-                     r"\d+ errors, 0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
-    assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
-    assert stdout.strip().endswith(f"SavedModel: {export_dir / '1'}")
+def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
+    workdir, export_dir, stdout = (readme_parser_run.workdir, readme_parser_run.saved_model.parent,
+                                   readme_parser_run.stdout["pipelines.train_parser"])
+    treebank = readme_parser_run.directory / "data" / "toy-treebank"
+    dev, test = (len((treebank / f"{split}.mrg").read_text().splitlines()) for split in ("dev", "test"))
+    steps = PARSER_TRAIN_STEPS
+    assert re.search(rf"^dev \({steps} steps, .*beam 4, alpha 0.3\): EVALB \(COLLINS.prm\) F1 \d+\.\d\d .* {dev} "
+                     r"sentences, \d+ errors, 0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
+    assert re.search(rf"^test \({steps} steps.* {test} sentences", stdout, flags=re.M), stdout
+    assert stdout.strip().splitlines()[-1].startswith("SavedModel: ")  # the job's last line
+    assert readme_parser_run.saved_model.name == "1" and (readme_parser_run.saved_model / "saved_model.pb").is_file()
     scores = json.loads((workdir / "test_scores.json").read_text())
-    assert scores["sentences"] == 12 and scores["repaired"] == 0
+    assert scores["sentences"] == test and scores["repaired"] == 0
     assert (workdir / "tensorboard" / "validation").is_dir()
     assert json.loads((workdir / "decode_config.json").read_text())["extra_length"] == 300
     # TF Serving's binary links TF Text 2.20's kernels: only core ops and the SentencePiece ones.
