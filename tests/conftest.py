@@ -4,7 +4,9 @@ Eight logical CPU devices exist for the whole session, so that tests can compare
 over 8 replicas with one device; they must be declared before TensorFlow runs its first op.
 """
 import os
+import resource
 import tempfile
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Corpus file checks are remembered here, not in the home folder (subprocesses inherit it).
@@ -43,3 +45,22 @@ def pytest_collection_modifyitems(items):
         shared = {"readme_run", "readme_parser_run"} & set(item.fixturenames)
         group = "readme_run" if shared else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _cpu_seconds():
+    """User + system CPU seconds of this process and of its waited-for children."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (resource.getrusage(resource.RUSAGE_SELF),
+                                                             resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With KT_TEST_CPU_LOG=FILE, appends "CPU seconds<TAB>wall seconds<TAB>test id" for each test
+    (set-up, call and teardown, its subprocesses included): what a test costs the suite on a shared
+    machine, where wall time depends on what the other pytest-xdist process runs meanwhile."""
+    path = os.environ.get("KT_TEST_CPU_LOG")
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    if path:
+        with open(path, "a") as log:
+            log.write(f"{_cpu_seconds() - cpu:.1f}\t{time.monotonic() - wall:.1f}\t{item.nodeid}\n")
