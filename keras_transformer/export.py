@@ -44,6 +44,7 @@ import pathlib
 import shutil
 import tempfile
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -217,10 +218,16 @@ class Translator(tf.Module):
         max_lengths = tf.minimum(source_lengths + self.decode_config.extra_length, self.model.config.max_length)
         return tf.where(is_empty, 1, max_lengths)  # its output is replaced by ""
 
+    # The vocabulary ids answers may hold (None: all); a subclass whose answers hold only a few
+    # tokens (the parser) sets them, with PAD (0) first, so that its decoding scores only those.
+    output_ids = None
+
     def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
-        """The model's (step_fn, cache); a task may wrap it to constrain what is output."""
+        """The model's (step_fn, cache); a task may wrap it to constrain what is output. With
+        output_ids, step_fn's ids are indices into them (Transformer.decoding_step_fn)."""
         return self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length,
-                                           parallel_groups=self.decode_config.parallel_groups)
+                                           parallel_groups=self.decode_config.parallel_groups,
+                                           output_ids=self.output_ids)
 
     def _decode(self, source_ids, is_empty, beam_size, alpha, num_return, context=None):
         """Beam search (W = beam_size, a Python int) -> ids (B, R, T), scores (B, R).
@@ -231,9 +238,13 @@ class Translator(tf.Module):
         max_lengths = self._max_lengths(source_ids, is_empty, context)
         max_length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch has no maximum
         step_fn, cache = self._decoding_step(source_ids, beam_size, max_length, max_lengths, context)
-        result = beam_search(step_fn, cache, batch_size, beam_size, max_lengths, self.decode_config.bos_id,
-                             self.decode_config.eos_id, alpha=alpha, max_length=max_length,
-                             num_return=num_return)
+        bos_id, eos_id = self.decode_config.bos_id, self.decode_config.eos_id
+        if self.output_ids is not None:  # the search runs over indices into output_ids
+            bos_id, eos_id = (int(np.flatnonzero(self.output_ids == token)[0]) for token in (bos_id, eos_id))
+        result = beam_search(step_fn, cache, batch_size, beam_size, max_lengths, bos_id, eos_id, alpha=alpha,
+                             max_length=max_length, num_return=num_return)
+        if self.output_ids is not None:  # index 0 is PAD, as the search pads
+            return tf.gather(tf.constant(self.output_ids), result["ids"]), result["scores"]
         return result["ids"], result["scores"]
 
     def _detokenize(self, ids, scores, is_empty):

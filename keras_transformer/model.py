@@ -115,7 +115,7 @@ class Transformer(keras.Model):
         memory, source_padding_mask = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, memory, source_padding_mask, training=training)
 
-    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None, parallel_groups=1):
+    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None, parallel_groups=1, output_ids=None):
         """Everything keras_transformer.decoding needs to translate `source_ids` (B, S).
 
         Encodes once, computes every decoder layer's encoder-decoder keys and values once per
@@ -134,6 +134,12 @@ class Transformer(keras.Model):
         matrix products do: on 2 cores, G = 2 with 1 intra-op and 2 inter-op threads
         (benchmarks/decode.py --parallel-groups 2; README, "Speed on a CPU"). With more intra-op
         threads per group than its share of the cores, the groups compete for them.
+
+        output_ids (V',) int (optional): the only vocabulary ids the decoder may output. The logits
+        are then those of these ids (B*W, V'), in one block, and step_fn's ids are indices into
+        output_ids, as are the ids a decoder outputs with them: a decoder whose answers can only
+        hold a few tokens (the parser's tree tokens) scores V' columns instead of V. Their
+        log-softmax is the full one's with every other token's logit at -inf.
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
         if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
@@ -145,7 +151,10 @@ class Transformer(keras.Model):
         groups = [self._decoding_group(source_ids[start:start + size], beam_size, cache_length)
                   for start, size in zip(starts, sizes)]
         dtype = groups[0][1].dtype  # the memory's
-        if parallel_groups > 1 and self.config.vocab_size // parallel_groups >= 2 * beam_size:
+        if output_ids is not None:
+            output_ids = tf.convert_to_tensor(output_ids, tf.int32)
+            output_kernels = [tf.gather(self.output_embedding.transposed_embeddings(dtype), output_ids, axis=1)]
+        elif parallel_groups > 1 and self.config.vocab_size // parallel_groups >= 2 * beam_size:
             # Blocks of at least 2W columns each (the beam search's need).
             output_kernels = self.output_embedding.transposed_embeddings(
                 dtype, _even_sizes(self.config.vocab_size, parallel_groups))  # [(D, V_i)], made once
@@ -155,6 +164,8 @@ class Transformer(keras.Model):
 
         def step_fn(ids, step, cache):
             outputs, new_cache = [], []
+            if output_ids is not None:
+                ids = tf.gather(output_ids, ids)
             for (memory_key_values, memory_bias, _), group_ids, group_cache in zip(
                     groups, _split_rows(ids, row_sizes), cache):
                 x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)

@@ -11,7 +11,9 @@ only the tokens that keep the output completable are allowed. A tag is allowed w
 closing bracket when it closes something that holds a word (the root only once every word has its
 tag), and EOS only after the root is closed; each of them only if the tokens it leaves to output
 (the missing tags, the closing brackets, EOS) still fit in the sentence's maximum length, which is
-at least the word count + 3. Then the i-th tag of the output is given the i-th word.
+at least the word count + 3. Then the i-th tag of the output is given the i-th word. Only the
+tree tokens and EOS can be output, so decoding scores those (a hundred or so) instead of the whole
+vocabulary (Transformer.decoding_step_fn's output_ids): the same answers, found faster.
 
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
@@ -26,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from keras_transformer.config import EOS_ID, DecodeConfig
+from keras_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from keras_transformer.decoding.beam_search import gather_rows
 from keras_transformer.export import Translator, _valid_utf8
 
@@ -160,7 +162,12 @@ class Parser(Translator):
             max_source_length = max(2, model.config.max_length - extra_length)
         super().__init__(model, sentencepiece_proto, decode_config, max_source_length=max_source_length,
                          max_beam_size=max_beam_size, precision=precision, name=name)
-        self.piece_classes = piece_classes(self.sentencepiece_proto, model.config.vocab_size)
+        classes = piece_classes(self.sentencepiece_proto, model.config.vocab_size)
+        # PAD first (index 0 pads answers as id 0 does), BOS (fed at step 0), EOS and the tree tokens.
+        keep = classes != FORBIDDEN
+        keep[[PAD_ID, self.decode_config.bos_id, self.decode_config.eos_id]] = True
+        self.output_ids = np.flatnonzero(keep).astype(np.int32)
+        self.piece_classes = classes[self.output_ids]  # the class of each output index
 
     def settings(self):
         values = super().settings()

@@ -106,6 +106,30 @@ def test_an_untrained_parser_answers_trees_over_the_words(untrained_parser):
             assert parse_tree(tree).words() == expected, tree
 
 
+
+def test_scoring_only_the_tree_tokens_finds_what_the_whole_vocabulary_finds(untrained_parser):
+    """The parser decodes over its output_ids (PAD, BOS, EOS and the tree tokens); with the whole
+    vocabulary and the other tokens forbidden by the constraint, the answers and scores are the same."""
+    from keras_transformer.parsing.parser import FORBIDDEN, Parser, piece_classes
+
+    parser = untrained_parser
+    ids = parser.output_ids
+    assert ids[0] == 0 and len(ids) < parser.model.config.vocab_size / 2
+    assert set(parser.piece_classes[3:]) == {OPEN, CLOSE, TAG} and END in parser.piece_classes
+
+    class WholeVocabularyParser(Parser):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.piece_classes = piece_classes(self.sentencepiece_proto, self.model.config.vocab_size)
+            self.output_ids = None
+
+    whole = WholeVocabularyParser(parser.model, parser.sentencepiece_proto, parser.decode_config)
+    assert (whole.piece_classes == FORBIDDEN).sum() > len(whole.piece_classes) / 2
+    sentences = tf.constant(["the dog saw a cat .", "Anna laughed", "hello", "a b c d e f g"])
+    expected, got = whole.parse(sentences), parser.parse(sentences)
+    assert got["trees"].numpy().tolist() == expected["trees"].numpy().tolist()
+    np.testing.assert_allclose(got["scores"], expected["scores"], rtol=1e-5)
+
 def test_a_sentence_over_the_word_limit_is_a_clear_error(untrained_parser):
     assert untrained_parser.max_words == 61
     with pytest.raises(tf.errors.InvalidArgumentError, match="more words than this parser takes: at most 61"):
