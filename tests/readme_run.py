@@ -77,7 +77,9 @@ def readme_commands():
 
 
 PARSER_TRAIN_STEPS = 20
-PARSER_FLAGS = {"pipelines.train_parser": ["--train-steps", str(PARSER_TRAIN_STEPS), "--checkpoint-every-steps", "10"]}
+# Fewer steps, and 12 dev and test trees instead of 150: an untrained parser's answers are long.
+PARSER_FLAGS = {"pipelines.toy_treebank": ["--dev", "12", "--test", "12"],
+                "pipelines.train_parser": ["--train-steps", str(PARSER_TRAIN_STEPS), "--checkpoint-every-steps", "10"]}
 
 
 def readme_parser_commands():
@@ -105,7 +107,7 @@ class ReadmeParserRun:
 
 @pytest.fixture(scope="session")
 def readme_parser_run(tmp_path_factory) -> ReadmeParserRun:
-    """The README's quick parsing run, with PARSER_TRAIN_STEPS steps, once per session (for
+    """The README's quick parsing run, with PARSER_FLAGS, once per session (for
     tests/test_readme_commands.py and tests/pipelines/test_train_parser.py)."""
     commands = readme_parser_commands()
     assert list(commands) == ["pipelines.toy_treebank", "pipelines.train_parser"], commands

@@ -12,6 +12,7 @@ import pytest
 
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from pipelines import toy_treebank as toy_treebank_command
 from pipelines import train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
 from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
@@ -91,3 +92,14 @@ def test_a_bad_treebank_stops_the_job_before_training(toy_treebank, tmp_path, ca
     stderr = capsys.readouterr().err
     assert re.search(rf"error: {re.escape(str(bad))}:{line}: .*{what}", stderr), stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_toy_treebank_command_writes_the_sizes_it_is_given(tmp_path, capsys):
+    toy_treebank_command.main(["--output", str(tmp_path / "toy"), "--train", "5", "--dev", "3", "--test", "2"])
+    assert [len((tmp_path / "toy" / f"{split}.mrg").read_text().splitlines()) for split in ("train", "dev", "test")] \
+        == [5, 3, 2]
+    assert len((tmp_path / "toy" / "sentences.txt").read_text().splitlines()) == 2
+    assert "dev: " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        toy_treebank_command.main(["--output", str(tmp_path / "bad"), "--dev", "0"])
+    assert "--dev: must be at least 1; got 0" in capsys.readouterr().err
