@@ -71,7 +71,6 @@ def test_cached_self_attention_equals_causal_full_pass():
     np.testing.assert_allclose(tf.concat(steps, 1), full, atol=1e-5)
 
 
-
 def test_a_cached_step_reads_its_prefix_only_except_under_xla():
     """Outside XLA a step at position t reads t + 1 cache positions, not the cache's length (the
     parser's beam 21 over input + 300 positions spent most of its time on empty slots); XLA, whose
@@ -94,6 +93,7 @@ def test_a_cached_step_reads_its_prefix_only_except_under_xla():
 
     np.testing.assert_allclose(tf.function(decode)(x), full, atol=1e-5)
     np.testing.assert_allclose(tf.function(decode, jit_compile=True)(x), full, atol=1e-5)
+
 
 def test_cross_attention_with_shared_memory_matches_tiled_memory():
     """W hypotheses per sentence attending to keys/values computed once equal tiling the memory W times."""

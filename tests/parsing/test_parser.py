@@ -106,7 +106,6 @@ def test_an_untrained_parser_answers_trees_over_the_words(untrained_parser):
             assert parse_tree(tree).words() == expected, tree
 
 
-
 def test_scoring_only_the_tree_tokens_finds_what_the_whole_vocabulary_finds(untrained_parser):
     """The parser decodes over its output_ids (PAD, BOS, EOS and the tree tokens); with the whole
     vocabulary and the other tokens forbidden by the constraint, the answers and scores are the same."""
@@ -129,6 +128,7 @@ def test_scoring_only_the_tree_tokens_finds_what_the_whole_vocabulary_finds(untr
     expected, got = whole.parse(sentences), parser.parse(sentences)
     assert got["trees"].numpy().tolist() == expected["trees"].numpy().tolist()
     np.testing.assert_allclose(got["scores"], expected["scores"], rtol=1e-5)
+
 
 def test_a_sentence_over_the_word_limit_is_a_clear_error(untrained_parser):
     assert untrained_parser.max_words == 61
