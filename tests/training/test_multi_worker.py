@@ -28,7 +28,7 @@ from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepi
 from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
 from keras_transformer.training.data_stream import training_stream
 from keras_transformer.training.distribution import ClusterConfigError, read_tf_config
-from tests.readme_run import README, REPOSITORY
+from tests.readme_run import REPOSITORY, readme_commands
 from tests.training.test_distribution import ATOL, RTOL
 
 STEPS = 24
@@ -43,11 +43,10 @@ TEST_FLAGS = ["--train-steps", str(STEPS), "--checkpoint-every-steps", str(CHECK
 def readme_worker_commands():
     """The README's TF_CONFIG commands, as (TF_CONFIG dict, argv after `python`)."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
-        for line in block.splitlines():
-            if line.startswith("TF_CONFIG="):
-                assignment, *argv = shlex.split(line)
-                commands.append((json.loads(assignment.partition("=")[2]), argv[1:]))
+    for line in readme_commands():
+        if line.startswith("TF_CONFIG="):
+            assignment, *argv = shlex.split(line)
+            commands.append((json.loads(assignment.partition("=")[2]), argv[1:]))
     return commands
 
 
