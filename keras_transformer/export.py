@@ -223,14 +223,28 @@ class Translator(tf.Module):
     output_ids = None
 
     def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
-        """The model's (step_fn, cache); a task may wrap it to constrain what is output. With
-        output_ids, step_fn's ids are indices into them (Transformer.decoding_step_fn)."""
+        """The model's (step_fn, cache) for a search over indices into output_ids (or over ids);
+        a task may wrap it to constrain what is output."""
+        step_fn, cache = self._model_step(source_ids, beam_size, max_length)
+        if self.output_ids is None:
+            return step_fn, cache
+        output_ids = tf.constant(self.output_ids)
+
+        def indexed_step(indices, step, step_cache):
+            return step_fn(tf.gather(output_ids, indices), step, step_cache)
+
+        indexed_step.reorder_cache = step_fn.reorder_cache
+        return indexed_step, cache
+
+    def _model_step(self, source_ids, beam_size, max_length):
+        """Transformer.decoding_step_fn: fed vocabulary ids, it scores output_ids (or every id)."""
         return self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length,
                                            parallel_groups=self.decode_config.parallel_groups,
                                            output_ids=self.output_ids)
 
-    def _decode(self, source_ids, is_empty, beam_size, alpha, num_return, context=None):
-        """Beam search (W = beam_size, a Python int) -> ids (B, R, T), scores (B, R).
+    def _search(self, source_ids, is_empty, beam_size, alpha, num_return, context=None):
+        """Beam search (W = beam_size, a Python int) -> ids (B, R, T) (indices into output_ids
+        if it is set), scores (B, R).
 
         context: whatever a subclass's _max_lengths and _decoding_step need besides the source.
         """
@@ -243,9 +257,14 @@ class Translator(tf.Module):
             bos_id, eos_id = (int(np.flatnonzero(self.output_ids == token)[0]) for token in (bos_id, eos_id))
         result = beam_search(step_fn, cache, batch_size, beam_size, max_lengths, bos_id, eos_id, alpha=alpha,
                              max_length=max_length, num_return=num_return)
-        if self.output_ids is not None:  # index 0 is PAD, as the search pads
-            return tf.gather(tf.constant(self.output_ids), result["ids"]), result["scores"]
         return result["ids"], result["scores"]
+
+    def _decode(self, source_ids, is_empty, beam_size, alpha, num_return, context=None):
+        """Beam search -> vocabulary ids (B, R, T), scores (B, R)."""
+        ids, scores = self._search(source_ids, is_empty, beam_size, alpha, num_return, context)
+        if self.output_ids is not None:  # index 0 is PAD, as the search pads
+            return tf.gather(tf.constant(self.output_ids), ids), scores
+        return ids, scores
 
     def _detokenize(self, ids, scores, is_empty):
         """ids (B, R, T), scores (B, R) -> translations (B, R) string, scores (B, R)."""

@@ -135,11 +135,11 @@ class Transformer(keras.Model):
         (benchmarks/decode.py --parallel-groups 2; README, "Speed on a CPU"). With more intra-op
         threads per group than its share of the cores, the groups compete for them.
 
-        output_ids (V',) int (optional): the only vocabulary ids the decoder may output. The logits
-        are then those of these ids (B*W, V'), in one block, and step_fn's ids are indices into
-        output_ids, as are the ids a decoder outputs with them: a decoder whose answers can only
-        hold a few tokens (the parser's tree tokens) scores V' columns instead of V. Their
-        log-softmax is the full one's with every other token's logit at -inf.
+        output_ids (V',) int (optional): the only vocabulary ids the decoder may choose among. The
+        logits are then those of these ids (B*W, V'), in one block: a decoder whose answers hold
+        few tokens (the parser's tree tokens) scores V' columns instead of V. Their log-softmax is
+        the full one's with every other token's logit at -inf. step_fn is still fed vocabulary
+        ids (any of the V): the caller maps its choices back (the parser also feeds words it copies).
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
         if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
@@ -164,8 +164,6 @@ class Transformer(keras.Model):
 
         def step_fn(ids, step, cache):
             outputs, new_cache = [], []
-            if output_ids is not None:
-                ids = tf.gather(output_ids, ids)
             for (memory_key_values, memory_bias, _), group_ids, group_cache in zip(
                     groups, _split_rows(ids, row_sizes), cache):
                 x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)

@@ -13,7 +13,7 @@ from keras_transformer.training.run_config import RunConfigs, preset_configs
 PARSING_PRESETS = ("parsing", "parsing_small", "parsing_tiny")
 PAPER_DECODE = DecodeConfig(beam_size=21, alpha=0.3, extra_length=300)
 # The longest (sentence, linearized tree) pair trained on, in SentencePiece tokens: a tree is about
-# three tokens per word.
+# four tokens per word (GUM train: 3.9; 256 leaves out 73 of its 10,224 trees, 384 three).
 DATA_MAX_LENGTH = {"parsing": 512, "parsing_small": 256, "parsing_tiny": 256}
 
 

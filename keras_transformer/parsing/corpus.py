@@ -1,12 +1,13 @@
 """A treebank as the training job's corpus: (sentence, linearized tree) pairs per split.
 
     corpus = TreebankCorpus({"train": ["wsj/02", ..., "wsj/21"], "validation": "wsj/22", "test": "wsj/23"})
-    next(corpus.pairs("train"))    # ("Pierre Vinken , 61 years old , ...", "(S (NP (NP NNP NNP ) , ...")
+    next(corpus.pairs("train"))    # ("Pierre Vinken , 61 ...", "(S (NP (NP NNP Pierre NNP Vinken ) , , ...")
 
 Sentences are the trees' words joined by single spaces; targets are `linearize`d trees. The trees
 are read again from the files each time a split is iterated (streamed, never held whole), and every
 file is checked once, before training starts, so that a bad tree stops the job with its file and
-line. The vocabulary keeps every tree token of the train split as one piece (`user_defined_symbols`).
+line. The vocabulary keeps every tree token (label, tag, ")") of the train split as one piece
+(`user_defined_symbols`).
 """
 import pathlib
 from typing import Iterator, Mapping, Sequence, Union
@@ -60,7 +61,7 @@ class TreebankCorpus(Corpus):
 
     def user_defined_symbols(self) -> tuple[str, ...]:
         if self._symbols is None:
-            tokens = {token for tree in self.trees("train") for token in linearize_tokens(tree)}
+            tokens = {token for tree in self.trees("train") for token in linearize_tokens(tree, words=False)}
             self._symbols = tuple(tree_symbols(tokens))
         return self._symbols
 

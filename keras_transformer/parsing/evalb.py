@@ -9,7 +9,8 @@ The rules, those of evalb.c with COLLINS.prm:
   with their word, each tree by its own tags; word positions count the remaining words.
 - A sentence is an error, and scores nothing, when the test tree keeps a different number of words
   than the gold tree ("Length unmatch"), or a different word at some position ("Words unmatch").
-  EVALB itself stops after MAX_ERROR (10) errors; here they are counted (`error_sentences`).
+  EVALB itself exits, printing no totals, at its 12th error (MAX_ERROR 10); here they are counted
+  (`error_sentences`).
   A test tree without words is skipped (`skipped_sentences`).
 - Every other bracket is a (label, start, end) triple; brackets that cover no remaining word are
   dropped, labels are cut at their first '-' or '=' (function tags and indices are ignored), and

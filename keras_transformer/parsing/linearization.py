@@ -1,16 +1,20 @@
-"""Trees as token sequences (after Vinyals, Kaiser et al., 2015, "Grammar as a Foreign Language"), and
-back, with a repair that always gives a tree over exactly the input words.
+"""Trees as token sequences (after Vinyals, Kaiser et al., 2015, "Grammar as a Foreign Language", with
+the words kept), and back, with a repair that always gives a tree over exactly the input words.
 
 A tree is written depth first: "(LABEL" opens a constituent, ")" closes it, and each word is
-replaced by its part-of-speech tag, so the model predicts tags too (EVALB deletes punctuation by
+written after its part-of-speech tag, so the model predicts tags too (EVALB deletes punctuation by
 its tag, so an answer needs real tags):
 
     (S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))
-    ->  (S (NP PRP ) (VP VBD (NP DT NN ) ) . )
+    ->  (S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )
 
-Closing brackets carry no label (the opening one says it). Rebuilding puts the sentence's words,
-in order, under the tags; `rebuild` insists on a well-formed sequence, `repair` makes a tree out
-of any sequence (see its docstring for what it fixes).
+Closing brackets carry no label (the opening one says it). The words are the sentence's own: the
+parser copies them from its input (parsing.parser), so that the decoder always sees which word
+it is tagging; without them, a decoder that writes only tags loses count of the words (README,
+"Parsing": on GUM, most answers of such a parser put tags under the wrong words). The tree tokens alone
+(the sequence without its words) are the "skeleton" that `repair` reads. Rebuilding puts the
+sentence's words, in order, under the tags; `rebuild` insists on a well-formed sequence over
+those words, `repair` makes a tree out of any skeleton (see its docstring for what it fixes).
 """
 import dataclasses
 from typing import Sequence
@@ -40,15 +44,15 @@ def _check_label(label: str, what: str):
                          f"spaces or brackets")
 
 
-def linearize_tokens(tree: Tree) -> list[str]:
-    """The tokens of the module docstring's sequence."""
+def linearize_tokens(tree: Tree, words: bool = True) -> list[str]:
+    """The tokens of the module docstring's sequence (words=False: its skeleton, without the words)."""
     if tree.is_preterminal:
         _check_label(tree.label, "part-of-speech tag")
-        return [tree.label]
+        return [tree.label, tree.word] if words else [tree.label]
     _check_label(tree.label, "constituent label")
     tokens = ["(" + tree.label]
     for child in tree.children:
-        tokens.extend(linearize_tokens(child))
+        tokens.extend(linearize_tokens(child, words))
     tokens.append(CLOSE)
     return tokens
 
@@ -57,9 +61,28 @@ def linearize(tree: Tree) -> str:
     return " ".join(linearize_tokens(tree))
 
 
+def split_words(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(skeleton, words) of a linearized sequence's tokens: the token after each tag is its word."""
+    skeleton, words, tag_before = [], [], False
+    for token in tokens:
+        if tag_before:
+            words.append(token)
+            tag_before = False
+        else:
+            skeleton.append(token)
+            tag_before = is_tag(token)
+    if tag_before:
+        raise TreeFormatError(f"the last tag, {skeleton[-1]!r}, has no word after it")
+    return skeleton, words
+
+
 def rebuild(sequence: str, words: Sequence[str]) -> Tree:
     """The tree of a well-formed sequence over `words`; TreeFormatError when it is not one."""
-    tree, repairs = repair(sequence, words)
+    skeleton, sequence_words = split_words(sequence.split())
+    if sequence_words != list(words):
+        raise TreeFormatError(f"the sequence's words are not the sentence's: {' '.join(sequence_words)!r} "
+                              f"against {' '.join(words)!r}")
+    tree, repairs = repair(" ".join(skeleton), words)
     if repairs:
         raise TreeFormatError(f"not a tree over the {len(words)} words: {', '.join(repairs.describe())}")
     return tree
@@ -90,7 +113,8 @@ def guess_tag(word: str) -> str:
 
 
 def repair(sequence: str, words: Sequence[str], root_label: str = REPAIR_ROOT_LABEL) -> tuple[Tree, Repairs]:
-    """(a tree over exactly `words`, in order, what had to be fixed) for any token sequence.
+    """(a tree over exactly `words`, in order, what had to be fixed) for any skeleton (a sequence of
+    tree tokens without words, `linearize_tokens(tree, words=False)`).
 
     Tags beyond the last word are dropped; words left without a tag are added at the end of the
     root with a guessed tag (`guess_tag`); a ")" that closes nothing is dropped, brackets still open

@@ -5,15 +5,20 @@ runs in TF Serving as the translation export does.
     parser = Parser(model, sentencepiece_proto, decode_config)
     parser.parse(tf.constant(["I saw a dog ."]))["trees"]   # [b"(S (NP (PRP I)) (VP ... ) (. .))"]
 
-Decoding is constrained so that every answer is a tree over exactly the input words: at each step
-only the tokens that keep the output completable are allowed. A tag is allowed while words remain
+Decoding is constrained so that every answer is a tree over exactly the input words, written as
+parsing.linearization writes trees (each tag followed by its word): at each step only the tokens
+that keep the output completable are allowed. After a tag, the decoder copies its word, piece by
+piece, from the sentence's SentencePiece pieces (the i-th tag gets the i-th word): a copied piece
+is the only choice there and adds nothing to the score, so the decoder always sees which word comes
+next, and the score is that of the tree tokens. Otherwise a tag is allowed while words remain
 (inside a bracket, or alone for a one-word sentence), an opening bracket while words remain, a
 closing bracket when it closes something that holds a word (the root only once every word has its
 tag), and EOS only after the root is closed; each of them only if the tokens it leaves to output
-(the missing tags, the closing brackets, EOS) still fit in the sentence's maximum length, which is
-at least the word count + 3. Then the i-th tag of the output is given the i-th word. Only the
-tree tokens and EOS can be output, so decoding scores those (a hundred or so) instead of the whole
-vocabulary (Transformer.decoding_step_fn's output_ids): the same answers, found faster.
+(the missing tags and words, the closing brackets, EOS) still fit in the sentence's maximum
+length, which is at least words + pieces + 3. Only the tree tokens, EOS and "copy the next piece"
+are chosen among, so decoding scores those (a hundred or so) instead of the whole vocabulary
+(Transformer.decoding_step_fn's output_ids): the same answers, found faster. The trees are built
+from the tags (the i-th tag over the i-th word), never from the copied text.
 
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
@@ -21,8 +26,9 @@ Signatures:
 Empty (whitespace-only) sentences give "" with score 0. Invalid UTF-8 is replaced by U+FFFD. Words
 "(" and ")" (and brackets inside words) are written -LRB- and -RRB- in the trees, as the PTB does.
 A source longer than the parser's max_source_length pieces is cut (the tree still covers every
-word); a sentence with more than the model's max_length - 3 words is refused with an
-InvalidArgumentError naming the limit (1,021 words for the parsing presets).
+word; the words past the cut are not copied); a sentence whose words and pieces (within that cut)
+add up to more than the model's max_length - 3 is refused with an InvalidArgumentError naming the
+limit (1,021 for the parsing presets: at least 510 words).
 """
 import numpy as np
 import tensorflow as tf
@@ -32,7 +38,7 @@ from keras_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from keras_transformer.decoding.beam_search import gather_rows
 from keras_transformer.export import Translator, _valid_utf8
 
-FORBIDDEN, OPEN, CLOSE, TAG, END = range(5)
+FORBIDDEN, OPEN, CLOSE, TAG, END, COPY = range(6)
 _WORD_MARK = "\u2581"  # SentencePiece's space mark: tree tokens are pieces "▁(NP", "▁)", "▁NN"
 NEG_LOGIT = -1e9  # finite, so a row with nothing allowed (after its sentence is done) never gives NaN
 
@@ -59,59 +65,98 @@ def piece_classes(sentencepiece_proto: bytes, vocab_size: int) -> np.ndarray:
     return classes
 
 
+def word_start_pieces(sentencepiece_proto: bytes, vocab_size: int) -> np.ndarray:
+    """(V,) bool: the pieces that begin a word (SentencePiece's space mark "▁" first)."""
+    proto = sentencepiece_model_pb2.ModelProto.FromString(sentencepiece_proto)
+    starts = np.zeros([vocab_size], bool)
+    starts[:len(proto.pieces)] = [piece.piece.startswith(_WORD_MARK) for piece in proto.pieces]
+    return starts
+
+
 class TreeConstraint:
-    """Which tokens each of N rows may output next; see the module docstring.
+    """Which choices each of N rows may make next; see the module docstring.
+
+    The choices are the V' output indices (`classes`) and one more, COPY (index V'): "output the
+    sentence's next piece".
 
     Args:
-      classes: (V,) int32 piece classes.
+      classes: (V',) int32 the class of each output index.
       word_counts: (N,) int32 words of each row's sentence.
       max_lengths: (N,) int32 the longest output of each row, EOS included.
+      word_starts: (N, S) bool: which of each row's sentence pieces (EOS and padding excluded) begin
+        a word (SentencePiece's "▁"); S >= 1.
+      piece_counts: (N,) int32 the pieces of each row's sentence (EOS excluded).
     """
 
-    def __init__(self, classes, word_counts, max_lengths):
-        self.classes = tf.constant(classes)
+    def __init__(self, classes, word_counts, max_lengths, word_starts, piece_counts):
+        self.classes = tf.constant(np.append(classes, COPY).astype(np.int32))
+        self.copy_index = len(classes)
         self.word_counts = word_counts
         self.max_lengths = max_lengths
+        self.word_starts = word_starts
+        self.piece_counts = piece_counts
 
     def initial_state(self):
         zeros = tf.zeros_like(self.word_counts)
-        return zeros, zeros, tf.cast(zeros, tf.bool), tf.cast(zeros, tf.bool)  # depth, tags, last open, started
+        no = tf.cast(zeros, tf.bool)
+        return zeros, zeros, no, no, zeros, no  # depth, tags, last open, started, copied, in a word
 
-    def update(self, state, ids):
-        """The state after each row output ids (N,) (BOS at step 0 changes nothing)."""
-        depth, tags, _, started = state
-        kind = tf.gather(self.classes, ids)  # (N,)
+    def update(self, state, choices):
+        """The state after each row chose choices (N,) (BOS at step 0 changes nothing)."""
+        depth, tags, _, started, copied, _ = state
+        kind = tf.gather(self.classes, choices)  # (N,)
         depth += tf.cast(kind == OPEN, tf.int32) - tf.cast(kind == CLOSE, tf.int32)
         tags += tf.cast(kind == TAG, tf.int32)
-        return depth, tags, kind == OPEN, started | (kind == OPEN) | (kind == TAG)
+        copied += tf.cast(kind == COPY, tf.int32)
+        pieces_left = copied < self.piece_counts
+        next_starts_word = tf.gather(self.word_starts, tf.minimum(copied, tf.shape(self.word_starts)[1] - 1),
+                                     batch_dims=1)  # (N,)
+        in_word = pieces_left & ((kind == TAG) | ((kind == COPY) & ~next_starts_word))
+        return depth, tags, kind == OPEN, started | (kind == OPEN) | (kind == TAG), copied, in_word
 
     def allowed(self, state, step):
-        """(N, V) bool: the tokens each row may output at position `step`."""
-        depth, tags, last_open, started = state
+        """(N, V' + 1) bool: the choices each row may make at position `step`."""
+        depth, tags, last_open, started, copied, in_word = state
         words = self.word_counts
-        left = self.max_lengths - step - 1  # positions after this one
         missing = words - tags
+        # positions after this one, less what the rest of the words need: their tags and pieces
+        left = self.max_lengths - step - 1 - tf.where(missing > 0, self.piece_counts - copied, 0)
         done = started & tf.equal(depth, 0)
-        open_ok = ~done & (missing > 0) & (missing + depth + 2 <= left)
-        tag_ok = (~done & (missing > 0) & ((depth > 0) | (~started & tf.equal(words, 1)))
+        free = ~in_word
+        open_ok = free & ~done & (missing > 0) & (missing + depth + 2 <= left)
+        tag_ok = (free & ~done & (missing > 0) & ((depth > 0) | (~started & tf.equal(words, 1)))
                   & (missing + depth <= left))
-        close_ok = (depth > 0) & ~last_open & ((depth > 1) | tf.equal(missing, 0)) & (missing + depth <= left)
-        end_ok = (done & tf.equal(missing, 0)) | tf.equal(words, 0)
-        by_class = tf.stack([tf.zeros_like(done), open_ok, close_ok, tag_ok, end_ok], axis=1)  # (N, 5)
-        return tf.gather(by_class, self.classes, axis=1)  # (N, V)
+        close_ok = (free & (depth > 0) & ~last_open & ((depth > 1) | tf.equal(missing, 0))
+                    & (missing + depth <= left))
+        end_ok = free & ((done & tf.equal(missing, 0)) | tf.equal(words, 0))
+        by_class = tf.stack([tf.zeros_like(done), open_ok, close_ok, tag_ok, end_ok, in_word], axis=1)  # (N, 6)
+        return tf.gather(by_class, self.classes, axis=1)  # (N, V' + 1)
+
+    def vocabulary_ids(self, state, choices, output_ids, pieces):
+        """(N,) the ids a model is fed for choices (N,) made in `state`: output_ids[choice], or
+        for COPY the row's next piece of pieces (N, S)."""
+        copied = state[4]
+        copy = tf.equal(choices, self.copy_index)
+        piece = tf.gather(pieces, tf.minimum(copied, tf.shape(pieces)[1] - 1), batch_dims=1)
+        return tf.where(copy, piece, tf.gather(output_ids, tf.minimum(choices, self.copy_index - 1)))
 
 
-def constrained_step_fn(step_fn, cache, constraint: TreeConstraint):
-    """(step_fn', cache') for keras_transformer.decoding: step_fn's logits with what `constraint`
-    forbids set to NEG_LOGIT; the constraint's state rides in the cache and follows the beams."""
+def constrained_step_fn(step_fn, cache, constraint: TreeConstraint, output_ids, pieces):
+    """(step_fn', cache') for keras_transformer.decoding, whose choices are indices into output_ids
+    (V',) and COPY (V'): step_fn (fed vocabulary ids, scoring output_ids) with a column for COPY,
+    and what `constraint` forbids set to NEG_LOGIT; pieces (N, S) are each row's sentence pieces.
+    The constraint's state rides in the cache and follows the beams."""
+    output_ids = tf.convert_to_tensor(output_ids, tf.int32)
 
-    def step(ids, position, constrained_cache):
+    def step(choices, position, constrained_cache):
         model_cache, state = constrained_cache
-        state = constraint.update(state, ids)
+        ids = constraint.vocabulary_ids(state, choices, output_ids, pieces)
+        state = constraint.update(state, choices)
         logits, model_cache = step_fn(ids, position, model_cache)
         if isinstance(logits, (list, tuple)):  # vocabulary blocks of parallel groups
             logits = tf.concat(logits, axis=1)
-        logits = tf.where(constraint.allowed(state, position), logits, NEG_LOGIT)  # (N, V)
+        logits = tf.concat([logits, tf.zeros_like(logits[:, :1])], axis=1)  # (N, V' + 1): COPY's is 0
+        logits = tf.where(constraint.allowed(state, position), logits, NEG_LOGIT)
         return logits, (model_cache, state)
 
     def reorder_cache(constrained_cache, parents):
@@ -124,13 +169,25 @@ def constrained_step_fn(step_fn, cache, constraint: TreeConstraint):
     return step, (cache, constraint.initial_state())
 
 
+def answer_ids(choices, pieces, choice_ids):
+    """Choices (N, T) of a search with constrained_step_fn -> (vocabulary ids (N, T), the same with
+    the copied pieces PAD: the tree tokens); pieces (N, S) as the constraint's."""
+    copy_index = tf.size(choice_ids)
+    copies = tf.equal(choices, copy_index)
+    rank = tf.cumsum(tf.cast(copies, tf.int32), axis=1) - 1  # the k-th copy is the k-th piece
+    copied = tf.gather(pieces, tf.clip_by_value(rank, 0, tf.shape(pieces)[1] - 1), batch_dims=1)
+    tree_ids = tf.where(copies, PAD_ID, tf.gather(choice_ids, tf.minimum(choices, copy_index - 1)))
+    return tf.where(copies, copied, tree_ids), tree_ids
+
+
 def escape_words(words):
     """Brackets in words as the PTB writes them: ( -> -LRB-, ) -> -RRB-."""
     return tf.strings.regex_replace(tf.strings.regex_replace(words, r"\(", "-LRB-"), r"\)", "-RRB-")
 
 
 def sequences_to_trees(sequences, words):
-    """Linearized trees (B,) string and the sentences' words, ragged (B, None), -> trees (B,) string.
+    """Skeletons (B,) string (linearized trees without their words) and the sentences' words,
+    ragged (B, None), -> trees (B,) string.
 
     The i-th tag token of a sequence becomes "(TAG word_i)"; brackets stay as they are.
     """
@@ -163,6 +220,7 @@ class Parser(Translator):
         super().__init__(model, sentencepiece_proto, decode_config, max_source_length=max_source_length,
                          max_beam_size=max_beam_size, precision=precision, name=name)
         classes = piece_classes(self.sentencepiece_proto, model.config.vocab_size)
+        self.word_starts = word_start_pieces(self.sentencepiece_proto, model.config.vocab_size)
         # PAD first (index 0 pads answers as id 0 does), BOS (fed at step 0), EOS and the tree tokens.
         keep = classes != FORBIDDEN
         keep[[PAD_ID, self.decode_config.bos_id, self.decode_config.eos_id]] = True
@@ -173,38 +231,60 @@ class Parser(Translator):
         values = super().settings()
         values.update(task="parsing", max_words=self.max_words,
                       signatures=list(self.signatures()),
-                      max_output_length=f"max(source tokens with EOS + {self.decode_config.extra_length}, words + 3), "
-                                        f"at most {self.model.config.max_length}")
+                      max_output_length=f"max(source tokens with EOS + {self.decode_config.extra_length}, "
+                                        f"words + pieces + 3), at most {self.model.config.max_length}")
         del values["max_beam_size"]
         return values
 
     @property
     def max_words(self):
+        """The most words + pieces of a sentence (a sentence of at most half as many words always fits)."""
         return self.model.config.max_length - 3
 
+    def _choice_ids(self):
+        """(V',) the vocabulary id of each output index (all ids when output_ids is None)."""
+        if self.output_ids is None:
+            return tf.range(self.model.config.vocab_size, dtype=tf.int32)
+        return tf.constant(self.output_ids)
+
+    @staticmethod
+    def _pieces(source_ids):
+        """(pieces (B, S), piece counts (B,)) of source_ids (B, S): EOS and padding dropped."""
+        counts = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1) - 1
+        positions = tf.range(tf.shape(source_ids)[1])[None, :]
+        return tf.where(positions < counts[:, None], source_ids, PAD_ID), counts
+
     def _max_lengths(self, source_ids, is_empty, context):
-        lengths = tf.maximum(super()._max_lengths(source_ids, is_empty, context), context + 3)
+        lengths = tf.maximum(super()._max_lengths(source_ids, is_empty, context),
+                             context + self._pieces(source_ids)[1] + 3)
         return tf.where(is_empty, 1, tf.minimum(lengths, self.model.config.max_length))
 
     def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
-        step_fn, cache = super()._decoding_step(source_ids, beam_size, max_length, max_lengths, context)
+        step_fn, cache = self._model_step(source_ids, beam_size, max_length)
+        pieces, counts = self._pieces(source_ids)
+        pieces = tf.repeat(pieces, beam_size, axis=0)  # (B*W, S)
         constraint = TreeConstraint(self.piece_classes, tf.repeat(context, beam_size),
-                                    tf.repeat(max_lengths, beam_size))
-        return constrained_step_fn(step_fn, cache, constraint)
+                                    tf.repeat(max_lengths, beam_size),
+                                    tf.gather(tf.constant(self.word_starts), pieces), tf.repeat(counts, beam_size))
+        return constrained_step_fn(step_fn, cache, constraint, self._choice_ids(), pieces)
 
     def _parse(self, inputs):
         """(trees (B,), scores (B,), linearized trees (B,)) of raw sentences (B,)."""
         words = tf.strings.split(tf.strings.strip(_valid_utf8(inputs)))  # (B, None)
         word_counts = tf.cast(words.row_lengths(), tf.int32)
+        # The words as the treebank writes them, so the model reads what it was trained on.
+        source_ids, is_empty = self._source_ids(tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))
         check = tf.debugging.assert_less_equal(
-            word_counts, self.max_words,
-            message=f"a sentence has more words than this parser takes: at most {self.max_words}")
+            word_counts + self._pieces(source_ids)[1], self.max_words,
+            message=f"a sentence is too long for this parser: its words and SentencePiece pieces add up to more "
+                    f"than {self.max_words}")
         with tf.control_dependencies([check]):
-            source_ids, is_empty = self._source_ids(inputs)
-        ids, scores = self._decode(source_ids, is_empty, self.decode_config.beam_size, self.decode_config.alpha,
-                                   num_return=1, context=word_counts)
-        sequences = self._sentencepiece().detokenize(ids[:, 0])
-        trees = sequences_to_trees(sequences, words)
+            choices, scores = self._search(source_ids, is_empty, self.decode_config.beam_size,
+                                           self.decode_config.alpha, num_return=1, context=word_counts)
+        ids, tree_ids = answer_ids(choices[:, 0], self._pieces(source_ids)[0], self._choice_ids())
+        tokenizer = self._sentencepiece()
+        sequences = tokenizer.detokenize(ids)
+        trees = sequences_to_trees(tokenizer.detokenize(tree_ids), words)
         return tf.where(is_empty, "", trees), tf.where(is_empty, 0.0, scores[:, 0]), tf.where(is_empty, "", sequences)
 
     translate_nbest = None  # n-best trees are not offered (and a SavedModel holds every tf.function)

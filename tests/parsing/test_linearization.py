@@ -3,6 +3,7 @@ import pytest
 
 from keras_transformer.data.factory import require_shared_data
 from keras_transformer.parsing import TreeFormatError, linearize, parse_tree, read_treebank, rebuild, repair
+from keras_transformer.parsing.linearization import linearize_tokens, split_words
 
 TREE = "(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"
 WORDS = ["I", "saw", "a", "dog", "."]
@@ -10,15 +11,26 @@ WORDS = ["I", "saw", "a", "dog", "."]
 
 def test_linearize_and_rebuild():
     tree = parse_tree(TREE)
-    assert linearize(tree) == "(S (NP PRP ) (VP VBD (NP DT NN ) ) . )"
+    assert linearize(tree) == "(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )"
+    assert linearize_tokens(tree, words=False) == "(S (NP PRP ) (VP VBD (NP DT NN ) ) . )".split()
     assert rebuild(linearize(tree), WORDS) == tree
-    assert rebuild("NN", ["Hello"]).to_string() == "(NN Hello)"
-    assert rebuild("(NP -LRB- NN -RRB- )", ["(", "x", ")"]).to_string() == "(NP (-LRB- -LRB-) (NN x) (-RRB- -RRB-))"
+    assert rebuild("NN Hello", ["Hello"]).to_string() == "(NN Hello)"
+    assert (rebuild("(NP -LRB- -LRB- NN x -RRB- -RRB- )", ["-LRB-", "x", "-RRB-"]).to_string()
+            == "(NP (-LRB- -LRB-) (NN x) (-RRB- -RRB-))")
+
+
+def test_split_words_takes_the_token_after_each_tag_even_a_tag_or_a_bracket():
+    assert split_words(". . , , NN NN".split()) == ([".", ",", "NN"], [".", ",", "NN"])
+    assert split_words("(S NN ) )".split()) == (["(S", "NN", ")"], [")"])
+    with pytest.raises(TreeFormatError, match="the last tag, 'VBD', has no word"):
+        split_words("(S NN dog VBD".split())
 
 
 def test_rebuild_refuses_malformed_sequences():
-    with pytest.raises(TreeFormatError, match="missing_words 1"):
-        rebuild("(S (NP PRP ) (VP VBD (NP DT NN ) ) )", WORDS)
+    with pytest.raises(TreeFormatError, match="words are not the sentence's: 'I saw a dog' against 'I saw a dog .'"):
+        rebuild("(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) )", WORDS)
+    with pytest.raises(TreeFormatError, match="not a tree over the 5 words: unmatched_closes 1"):
+        rebuild("(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . ) )", WORDS)
 
 
 @pytest.mark.parametrize("sequence, expected, fixed", [
@@ -38,6 +50,7 @@ def test_rebuild_refuses_malformed_sequences():
     ("", "(S (NN I) (NN saw) (NN a) (NN dog) (. .))", ["missing_words 5", "extra_roots 4", "empty True"]),
 ])
 def test_repair_gives_a_tree_over_exactly_the_words(sequence, expected, fixed):
+    """repair reads skeletons: tree tokens without the words."""
     tree, repairs = repair(sequence, WORDS)
     assert tree.words() == WORDS
     assert tree.to_string() == expected

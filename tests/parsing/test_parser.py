@@ -7,64 +7,109 @@ import tensorflow as tf
 from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.decoding import beam_search
 from keras_transformer.parsing import rebuild
-from keras_transformer.parsing.parser import (CLOSE, END, OPEN, TAG, TreeConstraint, constrained_step_fn,
+from keras_transformer.parsing.linearization import split_words
+from keras_transformer.parsing.parser import (CLOSE, END, OPEN, TAG, TreeConstraint, answer_ids, constrained_step_fn,
                                               sequences_to_trees)
 
-# A vocabulary: 4 special ids, then tree tokens and two ordinary pieces the parser must never output.
-TOKENS = ["<pad>", "<unk>", "<s>", "</s>", "(S", "(NP", "(VP", ")", "NN", "VBD", ".", "dog", "▁the"]
-CLASSES = np.array([0, 0, 0, END, OPEN, OPEN, OPEN, CLOSE, TAG, TAG, TAG, 0, 0], np.int32)
+# A vocabulary: 4 special ids, tree tokens (one of them, "▁.", also a word), then word pieces.
+TOKENS = ["<pad>", "<unk>", "<s>", "</s>", "▁(S", "▁(NP", "▁(VP", "▁)", "▁NN", "▁VBD", "▁.", "▁dog", "▁the", "s"]
+OUTPUT_IDS = np.array([0, BOS_ID, EOS_ID, 4, 5, 6, 7, 8, 9, 10], np.int32)  # what the search chooses among
+CLASSES = np.array([0, 0, END, OPEN, OPEN, OPEN, CLOSE, TAG, TAG, TAG], np.int32)  # of each output index
+WORD_STARTS = np.array([token.startswith("▁") for token in TOKENS])
+COPY = len(OUTPUT_IDS)
 
 
 def fake_step_fn(seed):
-    """Random logits (N, V), a function of the step only; the cache counts the calls."""
+    """Random logits (N, V') of the output ids, a function of the step and the fed vocabulary id."""
     def step_fn(ids, step, cache):
-        logits = tf.random.stateless_normal([tf.shape(ids)[0], len(TOKENS)], seed=[seed, step]) * 5.0
-        return logits, cache + 1
+        noise = tf.random.stateless_normal([tf.shape(ids)[0], len(OUTPUT_IDS)], seed=[seed, step]) * 5.0
+        return noise + tf.cast(ids[:, None] % 3, tf.float32), cache + 1
     return step_fn
 
 
-def decode(word_counts, max_lengths, beam_size, seed):
-    rows = len(word_counts)
-    constraint = TreeConstraint(CLASSES, tf.repeat(tf.constant(word_counts, tf.int32), beam_size),
-                                tf.repeat(tf.constant(max_lengths, tf.int32), beam_size))
-    step_fn, cache = constrained_step_fn(fake_step_fn(seed), tf.zeros([rows * beam_size], tf.int32), constraint)
-    result = beam_search(step_fn, cache, rows, beam_size, tf.constant(max_lengths, tf.int32), BOS_ID, EOS_ID,
-                         alpha=0.3, num_return=1)
-    return result["ids"].numpy()[:, 0]
+def sentence_pieces(sentences):
+    """(pieces (N, S) int32, piece counts, word counts) of sentences given as piece lists."""
+    width = max(1, max(len(pieces) for pieces in sentences))
+    pieces = np.zeros([len(sentences), width], np.int32)
+    for row, sentence in enumerate(sentences):
+        pieces[row, :len(sentence)] = [TOKENS.index(piece) for piece in sentence]
+    counts = np.array([len(sentence) for sentence in sentences], np.int32)
+    words = np.array([sum(piece.startswith("▁") for piece in sentence) for sentence in sentences], np.int32)
+    return pieces, counts, words
+
+
+def constraint_of(sentences, max_lengths, beam_size=1):
+    pieces, counts, words = sentence_pieces(sentences)
+    repeat = lambda x: tf.repeat(tf.constant(x), beam_size, axis=0)  # noqa: E731
+    constraint = TreeConstraint(CLASSES, repeat(words), repeat(np.array(max_lengths, np.int32)),
+                                tf.gather(WORD_STARTS, repeat(pieces)), repeat(counts))
+    return constraint, repeat(pieces)
+
+
+def decode(sentences, max_lengths, beam_size, seed):
+    rows = len(sentences)
+    constraint, pieces = constraint_of(sentences, max_lengths, beam_size)
+    step_fn, cache = constrained_step_fn(fake_step_fn(seed), tf.zeros([rows * beam_size], tf.int32), constraint,
+                                         OUTPUT_IDS, pieces)
+    result = beam_search(step_fn, cache, rows, beam_size, tf.constant(max_lengths, tf.int32), 1, 2,
+                         alpha=0.3, num_return=1)  # BOS and EOS are output indices 1 and 2
+    return answer_ids(result["ids"][:, 0], constraint_of(sentences, max_lengths)[1], tf.constant(OUTPUT_IDS))
+
+
+SENTENCES = [["▁dog"], ["▁the", "▁dog", "s"], ["▁the", "▁dog", "▁.", "▁dog", "s", "s", "▁."],
+             ["▁dog", "s"] * 4 + ["▁."], ["▁the", "s", "▁.", "▁the", "▁dog"]]
+MAX_LENGTHS = [5, 9, 40, 25, 13]  # rows 1, 2 and 5: barely room for a flat tree (words + pieces + 3)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("seed", range(4))
-def test_every_output_is_a_tree_over_exactly_the_words(beam_size, seed):
-    word_counts = [1, 2, 5, 9, 4]
-    max_lengths = [4, 6, 30, 12, 7]  # rows 4 and 5: barely room for a flat tree (words + 3)
-    for count, ids in zip(word_counts, decode(word_counts, max_lengths, beam_size, seed)):
-        tokens = [TOKENS[i] for i in ids if i not in (0, EOS_ID)]
-        assert all(CLASSES[TOKENS.index(t)] in (OPEN, CLOSE, TAG) for t in tokens)
-        assert list(ids).count(EOS_ID) == 1
-        words = [f"w{i}" for i in range(count)]
-        tree = rebuild(" ".join(tokens), words)  # raises unless it is a tree over exactly these words
+def test_every_output_is_a_tree_over_exactly_the_words_it_copies(beam_size, seed):
+    ids, tree_ids = (x.numpy() for x in decode(SENTENCES, MAX_LENGTHS, beam_size, seed))
+    for sentence, row, tree_row in zip(SENTENCES, ids, tree_ids):
+        assert list(row).count(EOS_ID) == 1 and row[len(sentence)] != 0
+        text = "".join(TOKENS[i] for i in row if i not in (0, EOS_ID)).replace("▁", " ").strip()
+        words = "".join(sentence).replace("▁", " ").split()
+        tree = rebuild(text, words)  # raises unless the tree's words are the copied ones, in order
         assert tree.words() == words
+        skeleton = "".join(TOKENS[i] for i in tree_row if i not in (0, EOS_ID)).replace("▁", " ").split()
+        assert skeleton == split_words(text.split())[0]
 
 
-def test_no_empty_constituent_and_eos_only_at_the_end():
-    state = TreeConstraint(CLASSES, tf.constant([2]), tf.constant([20]))
-    allowed = lambda s, step: dict(zip(TOKENS, state.allowed(s, step).numpy()[0]))  # noqa: E731
-    s = state.initial_state()
-    first = allowed(s, 0)
-    assert first["(S"] and not first["NN"] and not first[")"] and not first["</s>"] and not first["dog"]
-    s = state.update(s, tf.constant([TOKENS.index("(S")]))
-    after_open = allowed(s, 1)
-    assert not after_open[")"] and after_open["NN"] and not after_open["</s>"]
-    for token in ("NN", "VBD"):
-        s = state.update(s, tf.constant([TOKENS.index(token)]))
-    done_words = allowed(s, 3)
-    assert done_words[")"] and not done_words["NN"] and not done_words["(NP"] and not done_words["</s>"]
-    s = state.update(s, tf.constant([TOKENS.index(")")]))
-    assert [token for token, ok in allowed(s, 4).items() if ok] == ["</s>"]
+def test_a_tag_is_followed_by_its_word_copied_and_nothing_else():
+    constraint, pieces = constraint_of([["▁the", "▁dog", "s"]], [20])
+    allowed = lambda s, step: [i for i, ok in enumerate(constraint.allowed(s, step).numpy()[0]) if ok]  # noqa
+    feed = lambda s, choice: constraint.vocabulary_ids(s, tf.constant([choice]), OUTPUT_IDS, pieces).numpy()[0]  # noqa
+    s = constraint.initial_state()
+    assert allowed(s, 0) == [3, 4, 5]  # an opening bracket first
+    for step, choice in enumerate([3, 7]):  # (S NN
+        assert feed(s, choice) == OUTPUT_IDS[choice]
+        s = constraint.update(s, tf.constant([choice]))
+    assert allowed(s, 2) == [COPY] and feed(s, COPY) == TOKENS.index("▁the")
+    s = constraint.update(s, tf.constant([COPY]))
+    assert COPY not in allowed(s, 3) and 6 not in allowed(s, 3)  # "the" is whole; the root cannot close yet
+    s = constraint.update(s, tf.constant([7]))  # NN
+    assert allowed(s, 4) == [COPY] and feed(s, COPY) == TOKENS.index("▁dog")
+    s = constraint.update(s, tf.constant([COPY]))
+    assert allowed(s, 5) == [COPY] and feed(s, COPY) == TOKENS.index("s")  # "dogs" goes on
+    s = constraint.update(s, tf.constant([COPY]))
+    assert allowed(s, 6) == [6]  # every word has its tag: close the root
+    s = constraint.update(s, tf.constant([6]))
+    assert allowed(s, 7) == [2]  # EOS
+
+
+def test_no_empty_constituent_and_room_left_for_the_words():
+    constraint, _ = constraint_of([["▁dog", "▁dog"]], [7])  # words + pieces + 3: only a flat tree fits
+    allowed = lambda s, step: [CLASSES[i] if i < COPY else "copy" for i, ok in  # noqa: E731
+                               enumerate(constraint.allowed(s, step).numpy()[0]) if ok]
+    s = constraint.update(constraint.initial_state(), tf.constant([3]))  # (S
+    assert allowed(s, 1) == [TAG, TAG, TAG]  # no ")" right after "(", no room for another bracket
+    constraint, _ = constraint_of([["▁dog", "▁dog"]], [20])
+    s = constraint.update(constraint.initial_state(), tf.constant([3]))
+    assert set(allowed(s, 1)) == {OPEN, TAG}
 
 
 def test_sequences_to_trees_gives_each_tag_its_word():
+    """It reads skeletons: the tree tokens without the copied words."""
     sequences = tf.constant(["(S (NP DT NN ) (VP VBD ) . )", "NN", "", "(NP -LRB- NN -RRB- )"])
     words = tf.ragged.constant([["the", "dog", "barked", "."], ["Hi"], [], ["(", "a:)", ")"]])
     assert [tree.decode() for tree in sequences_to_trees(sequences, words).numpy()] == [
@@ -132,5 +177,12 @@ def test_scoring_only_the_tree_tokens_finds_what_the_whole_vocabulary_finds(untr
 
 def test_a_sentence_over_the_word_limit_is_a_clear_error(untrained_parser):
     assert untrained_parser.max_words == 61
-    with pytest.raises(tf.errors.InvalidArgumentError, match="more words than this parser takes: at most 61"):
-        untrained_parser.parse(tf.constant([" ".join(["dog"] * 62)]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="pieces add up to more than 61"):
+        untrained_parser.parse(tf.constant([" ".join(["dog"] * 40)]))  # 40 words + 23 pieces (the source's cut)
+
+
+def test_words_past_the_source_cut_are_tagged_though_not_copied(untrained_parser):
+    assert untrained_parser.max_source_length == 24  # 23 pieces and EOS
+    from keras_transformer.parsing import parse_tree
+    tree = untrained_parser.parse(tf.constant([" ".join(["dog"] * 30)]))["trees"].numpy()[0].decode()
+    assert parse_tree(tree).words() == ["dog"] * 30
