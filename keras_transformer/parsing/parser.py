@@ -229,7 +229,7 @@ class Parser(Translator):
 
     def settings(self):
         values = super().settings()
-        values.update(task="parsing", max_words=self.max_words,
+        values.update(task="parsing", max_words_and_pieces=self.max_words_and_pieces,
                       signatures=list(self.signatures()),
                       max_output_length=f"max(source tokens with EOS + {self.decode_config.extra_length}, "
                                         f"words + pieces + 3), at most {self.model.config.max_length}")
@@ -237,8 +237,9 @@ class Parser(Translator):
         return values
 
     @property
-    def max_words(self):
-        """The most words + pieces of a sentence (a sentence of at most half as many words always fits)."""
+    def max_words_and_pieces(self):
+        """The most words + SentencePiece pieces of a sentence (so any sentence of up to half as many
+        words fits)."""
         return self.model.config.max_length - 3
 
     def _choice_ids(self):
@@ -275,9 +276,9 @@ class Parser(Translator):
         # The words as the treebank writes them, so the model reads what it was trained on.
         source_ids, is_empty = self._source_ids(tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))
         check = tf.debugging.assert_less_equal(
-            word_counts + self._pieces(source_ids)[1], self.max_words,
+            word_counts + self._pieces(source_ids)[1], self.max_words_and_pieces,
             message=f"a sentence is too long for this parser: its words and SentencePiece pieces add up to more "
-                    f"than {self.max_words}")
+                    f"than {self.max_words_and_pieces}")
         with tf.control_dependencies([check]):
             choices, scores = self._search(source_ids, is_empty, self.decode_config.beam_size,
                                            self.decode_config.alpha, num_return=1, context=word_counts)

@@ -176,7 +176,7 @@ def test_scoring_only_the_tree_tokens_finds_what_the_whole_vocabulary_finds(untr
 
 
 def test_a_sentence_over_the_word_limit_is_a_clear_error(untrained_parser):
-    assert untrained_parser.max_words == 61
+    assert untrained_parser.max_words_and_pieces == 61
     with pytest.raises(tf.errors.InvalidArgumentError, match="pieces add up to more than 61"):
         untrained_parser.parse(tf.constant([" ".join(["dog"] * 40)]))  # 40 words + 23 pieces (the source's cut)
 
