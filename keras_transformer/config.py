@@ -135,6 +135,10 @@ PRESETS = {
     "big": TransformerConfig(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3),
     # A small-data model (Multi30k-sized corpora) that learns within an hour on 2 CPU cores.
     "small": TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4),
+    # Multi30k-sized corpora (about 30k pairs): the text-only Transformer of Wu et al. (ACL 2021,
+    # "Good for Misconceived Reasons"), 4 + 4 layers, d_model 128, FFN 256, 4 heads, dropout 0.3.
+    "small_data": TransformerConfig(vocab_size=8000, num_layers=4, d_model=128, d_ff=256, num_heads=4,
+                                    dropout_rate=0.3),
     # Small enough to train in seconds on a CPU: for tests and the offline quick start.
     "tiny": TransformerConfig(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4,
                               max_length=256),
@@ -184,6 +188,10 @@ class TrainConfig(JsonConfig):
     checkpoints_to_average and average (section 6.1): the final model is the average of
     checkpoints_to_average checkpoints, the last ones ("last", the paper's) or the best ones by
     validation loss ("best", kept by RunConfig.keep_best_checkpoints; not in the paper).
+
+    peak_learning_rate (not in the paper; None: the paper's d_model^-0.5 * warmup_steps^-0.5):
+    the schedule keeps the paper's shape, scaled so that its peak, at warmup_steps, is this value
+    (fairseq's inverse_sqrt schedule with --lr).
     """
 
     train_steps: int = 100_000
@@ -194,8 +202,13 @@ class TrainConfig(JsonConfig):
     tokens_per_batch: int = 25_000
     checkpoints_to_average: int = 5
     average: str = "last"
+    peak_learning_rate: Optional[float] = None
 
     def __post_init__(self):
+        _require(self.peak_learning_rate is None or (isinstance(self.peak_learning_rate, (int, float))
+                                                     and 0 < self.peak_learning_rate < 1),
+                 f"TrainConfig.peak_learning_rate must be None (the paper's) or a number in (0, 1); "
+                 f"got {self.peak_learning_rate!r}")
         for name in ("train_steps", "warmup_steps", "tokens_per_batch", "checkpoints_to_average"):
             value = getattr(self, name)
             _require(isinstance(value, int) and value > 0,
@@ -208,6 +221,10 @@ TRAIN_PRESETS = {
     "base": TrainConfig(),
     "big": TrainConfig(train_steps=300_000, checkpoints_to_average=20),
     "small": TrainConfig(train_steps=20_000, warmup_steps=1000, tokens_per_batch=4096, checkpoints_to_average=5),
+    # Wu et al.'s recipe: 8,000 updates of 2 x 4,096 tokens (2 GPUs), 2,000 warm-up steps to a peak
+    # of 0.005, the last 10 checkpoints averaged.
+    "small_data": TrainConfig(train_steps=8000, warmup_steps=2000, tokens_per_batch=8192, peak_learning_rate=0.005,
+                              checkpoints_to_average=10),
     "tiny": TrainConfig(train_steps=1000, warmup_steps=400, tokens_per_batch=4096, checkpoints_to_average=3),
     "parsing": TrainConfig(),
     "parsing_small": TrainConfig(train_steps=20_000, warmup_steps=1000, tokens_per_batch=4096,

@@ -31,9 +31,13 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def paper_optimizer(d_model, train_config=None, **kwargs):
-    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warm-up schedule (section 5.3)."""
+    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warm-up schedule (section 5.3), scaled to
+    train_config.peak_learning_rate when it is set."""
     train_config = train_config or TrainConfig()
+    scale = 1.0
+    if train_config.peak_learning_rate is not None:
+        scale = train_config.peak_learning_rate / (d_model ** -0.5 * train_config.warmup_steps ** -0.5)
     return Adam(
-        learning_rate=TransformerSchedule(d_model, train_config.warmup_steps),
+        learning_rate=TransformerSchedule(d_model, train_config.warmup_steps, scale=scale),
         beta_1=train_config.adam_beta_1, beta_2=train_config.adam_beta_2, epsilon=train_config.adam_epsilon,
         **kwargs)

@@ -30,6 +30,18 @@ def test_schedule_serializes():
     assert float(clone(50)) == pytest.approx(float(schedule(50)))
 
 
+def test_a_peak_learning_rate_scales_the_papers_curve():
+    from keras_transformer import paper_optimizer
+    from keras_transformer.config import TrainConfig
+
+    schedule = paper_optimizer(128, TrainConfig(warmup_steps=2000, peak_learning_rate=0.005))._learning_rate
+    assert float(schedule(1999)) == pytest.approx(0.005, rel=1e-6)  # the peak, at the warm-up step
+    assert float(schedule(7999)) == pytest.approx(0.005 * (2000 / 8000) ** 0.5, rel=1e-6)
+    assert float(schedule(0)) == pytest.approx(0.005 / 2000, rel=1e-6)
+    with pytest.raises(ValueError, match="peak_learning_rate must be None"):
+        TrainConfig(peak_learning_rate=0.0)
+
+
 def test_compile_defaults_to_the_papers_adam():
     model = Transformer.from_preset("tiny")
     model.compile()
