@@ -1,13 +1,15 @@
 """Translate a run's test (or validation) split with beam search and score it with sacreBLEU.
 
     python -m pipelines.evaluate --workdir runs/wmt14-base [--split test] [--dataset SPEC]
-        [--beam-size 4] [--alpha 0.6] [--output hypotheses.txt] [--checkpoint ... | --weights ...]
+        [--beam-size 4] [--alpha 0.6] [--precision bfloat16] [--output hypotheses.txt]
+        [--checkpoint ... | --weights ...]
 
 The model is the run's averaged weights if it has them, else its latest checkpoint (or --checkpoint
 / --weights); the corpus is the run's own (data_config.json) unless --dataset names another, e.g.
 newstest to score the paper's newstest2014, or a local spec `test=hyp.en,ref.de`. Prints sacreBLEU
 with its signature, chrF, and BLEU on tokenized, compound-split text (the way the paper's table
-counts; labelled as such, not comparable with sacreBLEU).
+counts; labelled as such, not comparable with sacreBLEU). --precision translates as an export in
+that precision (`pipelines.export --precision`) of the same weights would.
 """
 import argparse
 import dataclasses
@@ -16,6 +18,7 @@ import logging
 import pathlib
 
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from keras_transformer.precision import PRECISIONS  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -28,6 +31,8 @@ def parse_args(argv=None):
     source.add_argument("--weights", type=pathlib.Path, help="a Keras .weights.h5 file")
     parser.add_argument("--beam-size", type=int, help="beam size (default: the run's decode config, paper 4)")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (default: the run's, paper 0.6)")
+    parser.add_argument("--precision", choices=PRECISIONS,
+                        help="translate in this precision, as its export would (default: the model's, float32)")
     parser.add_argument("--output", type=pathlib.Path, help="write the translations here, one per line")
     return parser, parser.parse_args(argv)
 
@@ -54,12 +59,14 @@ def main(argv=None):
         pairs = list(corpus.pairs(args.split))
     except (FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    translator = BeamSearchTranslator(model, SubwordTokenizer(sentencepiece_proto), decode_config)
+    translator = BeamSearchTranslator(model, SubwordTokenizer(sentencepiece_proto), decode_config,
+                                      precision=args.precision)
     hypotheses = translator.translate([source for source, _ in pairs], progress=True)
     scores = score(hypotheses, [reference for _, reference in pairs])
     if args.output is not None:
         args.output.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
-    print(scores.report(f"{corpus.name} {args.split} (beam {decode_config.beam_size}, alpha {decode_config.alpha})"))
+    print(scores.report(f"{corpus.name} {args.split} (beam {decode_config.beam_size}, alpha {decode_config.alpha}"
+                        f"{', ' + args.precision if args.precision else ''})"))
     print(json.dumps(dataclasses.asdict(scores)))
     return scores
 

@@ -411,6 +411,23 @@ def test_a_reduced_precision_export_translates_as_the_float32_one(request, preci
     assert np.any(beam_error > 0)  # it did compute in the reduced precision
 
 
+def test_evaluate_with_a_precision_translates_as_that_export(tiny_workdir, loaded_bfloat16, tmp_path):
+    """`pipelines.evaluate --precision bfloat16` scores what the bfloat16 export of the same weights answers."""
+    from pipelines import evaluate
+
+    pairs = list(NumbersCorpus(100, 1, 40, seed=11).pairs("test"))
+    test_file, output = tmp_path / "test.tsv", tmp_path / "hypotheses.txt"
+    test_file.write_text("".join(f"{source}\t{target}\n" for source, target in pairs), encoding="utf-8")
+    evaluate.main(["--workdir", str(tiny_workdir), "--dataset", f"test={test_file}", "--precision", "bfloat16",
+                   "--output", str(output)])
+    sources = tf.constant([source for source, _ in pairs])
+    served = loaded_bfloat16.signatures["serving_default"](inputs=sources)["translations"].numpy()
+    hypotheses = output.read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == len(pairs) == 40
+    same = np.array([hypothesis == text.decode() for hypothesis, text in zip(hypotheses, served)])
+    assert same.mean() >= 0.95, (same.mean(), [h for h, ok in zip(hypotheses, same) if not ok])
+
+
 # What a model server sees.
 
 def run_python(code, *args, timeout=300):

@@ -102,7 +102,7 @@ class LocalParallelCorpus(Corpus):
 
     Args:
       files: split name -> (source path, target path), a TSV path, or a list of those (read in
-        order). "train" is required.
+        order). Training needs "train"; scoring a test set alone needs only "test".
       name: used in logs.
       source_language, target_language: language codes of the (source, target) sides as given.
       tsv_columns: None for strict two-field TSV lines; else the (source, target) columns to keep.
@@ -120,8 +120,11 @@ class LocalParallelCorpus(Corpus):
         unknown = sorted(set(files) - set(SPLITS))
         if unknown:
             raise ValueError(f"{name}: unknown split(s) {unknown}; expected some of {SPLITS}")
-        if "train" not in files:
-            raise ValueError(f"{name}: a 'train' split is required, got splits {sorted(files)}")
+        if not files:
+            raise ValueError(f"{name}: no split given; expected some of {SPLITS}")
+        if holdout is not None and "train" not in files:
+            raise ValueError(f"{name}: holdout carves validation and test out of a 'train' split, and there is "
+                             f"none (splits {sorted(files)})")
         if holdout is not None and ({"validation", "test"} & set(files)):
             raise ValueError(f"{name}: holdout carves validation and test out of train; do not "
                              f"also give them as files ({sorted(files)})")

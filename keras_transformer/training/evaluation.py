@@ -39,15 +39,17 @@ class BeamSearchTranslator:
       decode_config: beam size, alpha, extra length.
       sentences_per_batch: sentences decoded together.
       translator_class: Translator, or a task's subclass of it (whose `translate` gives its answers).
+      precision: None (the model as it is) or the precision of an export (keras_transformer.precision):
+        a copy of the model in it translates, as that export would.
     """
 
     def __init__(self, model, tokenizer: SubwordTokenizer, decode_config: DecodeConfig = DecodeConfig(),
-                 sentences_per_batch: int = 64, translator_class=Translator):
+                 sentences_per_batch: int = 64, translator_class=Translator, precision=None):
         self.model = model
         self.tokenizer = tokenizer
         self.decode_config = decode_config
         self.sentences_per_batch = sentences_per_batch
-        self.translator = translator_class(model, tokenizer.model_proto, decode_config)
+        self.translator = translator_class(model, tokenizer.model_proto, decode_config, precision=precision)
 
     def source_ids(self, sentences: Sequence[str]) -> list[np.ndarray]:
         """Token ids + EOS of each sentence, cut as the translator cuts them."""

@@ -115,11 +115,19 @@ def test_local_spec_parses_aligned_tsv_and_multiple_entries(tmp_path):
     assert list(reversed_corpus.pairs("validation")) == [("drei", "three")]
 
 
+def test_a_spec_of_a_test_set_alone_scores_it_and_names_its_splits_when_asked_for_others(tmp_path):
+    (tmp_path / "test.tsv").write_text("one\teins\ntwo\tzwei\n", encoding="utf-8")
+    corpus = parse_local_spec(f"test={tmp_path / 'test.tsv'}")
+    assert list(corpus.pairs("test")) == [("one", "eins"), ("two", "zwei")]
+    with pytest.raises(ValueError, match=r"no files for split 'train'; it has \['test'\]"):
+        corpus.num_pairs("train")
+
+
 @pytest.mark.parametrize("spec, message", [
     ("train=a,b,c", "one TSV path or two aligned paths"),
     ("train=a.tsv;colour=red", "unknown key 'colour'"),
     ("train", "expected KEY=VALUE"),
-    ("validation=a.tsv", "'train' split is required"),
+    ("validation=a.tsv;holdout=1,1", "holdout carves validation and test out of a 'train' split"),
     ("train=a.tsv;columns=1", "two comma-separated values"),
 ])
 def test_bad_local_specs_are_rejected(spec, message):
