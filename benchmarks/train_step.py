@@ -64,7 +64,8 @@ def main():
 def op_seconds(xplane_path):
     """Counter {op type: seconds} of the ops' own time in a host trace: TraceMe events named
     "op name:OpType", less the op events nested in them on their thread. Function calls
-    (PartitionedCall and its kin) are left out: their time is that of the ops they run, and waiting."""
+    (PartitionedCall and its kin, KernelAndDeviceFunc::Run) are left out: their time is that of the
+    ops they run, and waiting; XLA executables count as "XLA-compiled code"."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace.FromString(pathlib.Path(xplane_path).read_bytes())
@@ -80,8 +81,10 @@ def op_seconds(xplane_path):
                     enclosing.pop()
                 name = names.get(event.metadata_id, "")
                 op = name.rsplit(":", 1)[1] if ":" in name and not name.endswith(":") else None
-                if op and "PartitionedCall" in op:
+                if op and ("PartitionedCall" in op or not op.isidentifier()):  # calls, "EagerLocalExecute: fn"
                     op = None
+                if "::" in name:  # C++ scopes, not ops; XLA's executables run the compiled loss
+                    op = "XLA-compiled code" if name.endswith("ExecuteAsyncOnStream") else None
                 if op:
                     seconds[op] += event.duration_ps / 1e12
                     parent = next((item[1] for item in reversed(enclosing) if item[1]), None)
