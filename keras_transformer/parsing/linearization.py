@@ -9,10 +9,10 @@ its tag, so an answer needs real tags):
     ->  (S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )
 
 Closing brackets carry no label (the opening one says it). The words are the sentence's own: the
-parser copies them from its input (parsing.parser), so that the decoder always sees which word
-it is tagging; without them, a decoder that writes only tags loses count of the words (README,
-"Parsing": on GUM, most answers of such a parser put tags under the wrong words). The tree tokens alone
-(the sequence without its words) are the "skeleton" that `repair` reads. Rebuilding puts the
+parser copies them from its input (parsing.parser), so that the decoder sees the words it has
+tagged so far; without them, a decoder that writes only tags loses count of the words (README,
+"Parsing": on GUM, most answers of such a parser put tags under the wrong words). The tree tokens
+alone (the sequence without its words) are the "skeleton" that `repair` reads. Rebuilding puts the
 sentence's words, in order, under the tags; `rebuild` insists on a well-formed sequence over
 those words, `repair` makes a tree out of any skeleton (see its docstring for what it fixes).
 """

@@ -9,8 +9,8 @@ Decoding is constrained so that every answer is a tree over exactly the input wo
 parsing.linearization writes trees (each tag followed by its word): at each step only the tokens
 that keep the output completable are allowed. After a tag, the decoder copies its word, piece by
 piece, from the sentence's SentencePiece pieces (the i-th tag gets the i-th word): a copied piece
-is the only choice there and adds nothing to the score, so the decoder always sees which word comes
-next, and the score is that of the tree tokens. Otherwise a tag is allowed while words remain
+is the only choice there and adds nothing to the score, so the decoder sees the words it has tagged
+so far, and the score is that of the tree tokens. Otherwise a tag is allowed while words remain
 (inside a bracket, or alone for a one-word sentence), an opening bracket while words remain, a
 closing bracket when it closes something that holds a word (the root only once every word has its
 tag), and EOS only after the root is closed; each of them only if the tokens it leaves to output
