@@ -24,6 +24,8 @@ import os
 import pathlib
 import sys
 
+import sacrebleu
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import emit, log, setup_tensorflow  # noqa: E402
 
@@ -167,10 +169,17 @@ def main():
     for test_set in ("test_2016_flickr", "test_2017_flickr"):
         pairs, _ = read_aligned_files(folder / f"{test_set}.en", folder / f"{test_set}.de")
         pairs = pairs[:args.max_sentences]
-        scores = score(translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs])
+        hypotheses, references = translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs]
+        scores = score(hypotheses, references)
         log(scores.report(f"{test_set} ({name})"))
+        # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them.
+        lowercased = sacrebleu.metrics.BLEU(lowercase=True)
+        bleu_lc = lowercased.corpus_score(hypotheses, [references]).score
+        log(f"{test_set} ({name}): lowercased sacreBLEU {bleu_lc:.2f} ({lowercased.get_signature()})")
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),
-             signature=scores.bleu_signature, chrf=round(scores.chrf, 2), checkpoint=name,
+             signature=scores.bleu_signature, bleu_lc=round(bleu_lc, 2),
+             bleu_lc_signature=str(lowercased.get_signature()), chrf=round(scores.chrf, 2),
+             chrf_signature=scores.chrf_signature, checkpoint=name,
              val_bleu=round(validation_scores.bleu, 2), candidates=tried, steps=result.step,
              stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
              wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=configs.decode.beam_size,
