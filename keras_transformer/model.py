@@ -140,9 +140,6 @@ class Transformer(keras.Model):
         few tokens (the parser's tree tokens) scores V' columns instead of V. Their log-softmax is
         the full one's with every other token's logit at -inf. step_fn is still fed vocabulary
         ids (any of the V): the caller maps its choices back (the parser also feeds words it copies).
-        step_fn(ids, step, cache, extra_ids=(B*W,) int) also scores one more id per row: its logit
-        is an extra last column, in one block (B*W, V' + 1) (the parser's "start the sentence's
-        next word", scored as that word's first piece).
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
         if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
@@ -165,7 +162,7 @@ class Transformer(keras.Model):
             output_kernels = [self.output_embedding.transposed_embeddings(dtype)]  # [(D, V)], made once
         row_sizes = [size * beam_size for size in sizes]
 
-        def step_fn(ids, step, cache, extra_ids=None):
+        def step_fn(ids, step, cache):
             outputs, new_cache = [], []
             for (memory_key_values, memory_bias, _), group_ids, group_cache in zip(
                     groups, _split_rows(ids, row_sizes), cache):
@@ -176,8 +173,6 @@ class Transformer(keras.Model):
                 new_cache.append(group_cache)
             x = outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=0)  # (B*W, 1, D)
             logits = [self.output_embedding.logits(x, kernel)[:, 0, :] for kernel in output_kernels]
-            if extra_ids is not None:  # one block: the scored ids', then extra_ids'
-                logits = [tf.concat(logits + [self.output_embedding.row_logits(x[:, 0, :], extra_ids)[:, None]], 1)]
             return (logits[0] if len(logits) == 1 else logits), new_cache
 
         def reorder_cache(cache, parents):

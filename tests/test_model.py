@@ -220,24 +220,3 @@ def test_parallel_groups_decode_as_one_group(beam_size, batch, parallel_groups, 
 def test_parallel_groups_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="parallel_groups must be an integer >= 1; got 0"):
         _tiny().decoding_step_fn(tf.constant(SOURCE), parallel_groups=0)
-
-
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-@pytest.mark.parametrize("output_ids,parallel_groups", [(None, 1), (None, 2), ([0, 2, 3, 7, 11], 1)])
-def test_extra_ids_add_a_column_with_each_rows_logit_of_its_id(precision, output_ids, parallel_groups):
-    """step_fn(..., extra_ids) appends row n's logit of extra_ids[n]: the same value as that id's
-    column of the whole vocabulary's logits (the parser scores "start the next word" this way)."""
-    model = model_in_precision(_tiny(), precision)
-    step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=1, cache_length=4,
-                                            parallel_groups=parallel_groups, output_ids=output_ids)
-    whole_fn, whole_cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=1, cache_length=4)
-    rows = SOURCE.shape[0]
-    ids, extra_ids = tf.fill([rows], kt.BOS_ID), tf.constant(np.arange(rows) * 5 + 4, tf.int32)
-    logits, _ = step_fn(ids, tf.constant(0), cache, extra_ids=extra_ids)
-    whole, _ = whole_fn(ids, tf.constant(0), whole_cache)
-    scored = np.arange(model.config.vocab_size) if output_ids is None else np.array(output_ids)
-    assert logits.shape == (rows, len(scored) + 1)
-    np.testing.assert_allclose(logits[:, :-1], np.asarray(whole)[:, scored], rtol=1e-5, atol=1e-5)
-    expected = np.take_along_axis(np.asarray(whole), extra_ids.numpy()[:, None], axis=1)[:, 0]
-    tolerance = 1e-5 if precision == "float32" else 2e-2
-    np.testing.assert_allclose(logits[:, -1], expected, rtol=tolerance, atol=tolerance)

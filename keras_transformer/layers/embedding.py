@@ -56,12 +56,5 @@ class TokenEmbedding(keras.layers.Layer):
             logits = tf.matmul(flat, tf.cast(transposed, x.dtype))  # (B*T, V_i)
         return tf.cast(tf.reshape(logits, tf.concat([shape[:-1], [logits.shape[-1]]], 0)), tf.float32)
 
-    def row_logits(self, x, ids):
-        """x (N, D), ids (N,) -> float32 (N,): row n's logit of token ids[n], as `logits` gives it
-        (computed in float32, rounded to x's dtype as a product in that dtype is)."""
-        rows = tf.gather(tf.cast(self.embeddings, tf.float32), ids)  # (N, D)
-        dots = tf.reduce_sum(tf.cast(x, tf.float32) * rows, axis=-1)
-        return tf.cast(tf.cast(dots, x.dtype), tf.float32)
-
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}

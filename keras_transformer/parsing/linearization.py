@@ -2,16 +2,16 @@
 the words kept), and back, with a repair that always gives a tree over exactly the input words.
 
 A tree is written depth first: "(LABEL" opens a constituent, ")" closes it, and each word is
-written before its part-of-speech tag, so the model predicts tags too (EVALB deletes punctuation by
-its tag, so an answer needs real tags), each with its word already in the decoder's input:
+written after its part-of-speech tag, so the model predicts tags too (EVALB deletes punctuation by
+its tag, so an answer needs real tags):
 
     (S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))
-    ->  (S (NP I PRP ) (VP saw VBD (NP a DT dog NN ) ) . . )
+    ->  (S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )
 
 Closing brackets carry no label (the opening one says it). The words are the sentence's own: the
-parser copies them from its input (parsing.parser). Without them, a decoder that writes only tags
-loses count of the words; with each word after its tag, it still had to find the word it was
-tagging through attention, and mistagged a third of them (README, "Parsing"). The tree tokens
+parser copies them from its input (parsing.parser), so that the decoder sees the words it has
+tagged so far; without them, a decoder that writes only tags loses count of the words (README,
+"Parsing": on GUM, most answers of such a parser put tags under the wrong words). The tree tokens
 alone (the sequence without its words) are the "skeleton" that `repair` reads. Rebuilding puts the
 sentence's words, in order, under the tags; `rebuild` insists on a well-formed sequence over
 those words, `repair` makes a tree out of any skeleton (see its docstring for what it fixes).
@@ -48,7 +48,7 @@ def linearize_tokens(tree: Tree, words: bool = True) -> list[str]:
     """The tokens of the module docstring's sequence (words=False: its skeleton, without the words)."""
     if tree.is_preterminal:
         _check_label(tree.label, "part-of-speech tag")
-        return [tree.word, tree.label] if words else [tree.label]
+        return [tree.label, tree.word] if words else [tree.label]
     _check_label(tree.label, "constituent label")
     tokens = ["(" + tree.label]
     for child in tree.children:
@@ -62,23 +62,17 @@ def linearize(tree: Tree) -> str:
 
 
 def split_words(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(skeleton, words) of a linearized sequence's tokens: a token that is not a bracket is a word
-    where a word may stand (first, or after a bracket or a tag), and the token after a word is its
-    tag, whatever it looks like."""
-    skeleton, words, word_before = [], [], False
+    """(skeleton, words) of a linearized sequence's tokens: the token after each tag is its word."""
+    skeleton, words, tag_before = [], [], False
     for token in tokens:
-        if word_before:
-            if not is_tag(token):
-                raise TreeFormatError(f"the word {words[-1]!r} has {token!r} after it instead of a tag")
-            skeleton.append(token)
-            word_before = False
-        elif is_tag(token):
+        if tag_before:
             words.append(token)
-            word_before = True
+            tag_before = False
         else:
             skeleton.append(token)
-    if word_before:
-        raise TreeFormatError(f"the last word, {words[-1]!r}, has no tag after it")
+            tag_before = is_tag(token)
+    if tag_before:
+        raise TreeFormatError(f"the last tag, {skeleton[-1]!r}, has no word after it")
     return skeleton, words
 
 

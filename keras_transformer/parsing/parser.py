@@ -6,21 +6,19 @@ runs in TF Serving as the translation export does.
     parser.parse(tf.constant(["I saw a dog ."]))["trees"]   # [b"(S (NP (PRP I)) (VP ... ) (. .))"]
 
 Decoding is constrained so that every answer is a tree over exactly the input words, written as
-parsing.linearization writes trees (each word followed by its tag): at each step only the tokens
-that keep the output completable are allowed. The words are copied, piece by piece, from the
-sentence's SentencePiece pieces, in order. Starting the next word is one more choice beside the
-tree tokens (COPY), scored as the model's logit of that word's first piece: the model decides
-where a word goes, as it was trained to. The word's other pieces follow (the only choice, so they
-add nothing to the score), then a tag, which the model predicts with the word in its input. At any
-other step an opening bracket is allowed while words remain, the next word inside a bracket (or
-alone, for a one-word sentence), a closing bracket when it closes something that holds a word (the
-root only once every word has its tag), and EOS only after the root is closed; each of them only
-if the tokens it leaves to output (the missing words' pieces and tags, the closing brackets, EOS)
-still fit in the sentence's maximum length, which is at least words + pieces + 3. Only the tree
-tokens, EOS and COPY are chosen among, so decoding scores those (a hundred or so) instead of the
-whole vocabulary (Transformer.decoding_step_fn's output_ids and extra_ids): the same answers,
-found faster. The trees are built from the tags (the i-th tag over the i-th word), never from the
-copied text.
+parsing.linearization writes trees (each tag followed by its word): at each step only the tokens
+that keep the output completable are allowed. After a tag, the decoder copies its word, piece by
+piece, from the sentence's SentencePiece pieces (the i-th tag gets the i-th word): a copied piece
+is the only choice there and adds nothing to the score, so the decoder sees the words it has tagged
+so far, and the score is that of the tree tokens. Otherwise a tag is allowed while words remain
+(inside a bracket, or alone for a one-word sentence), an opening bracket while words remain, a
+closing bracket when it closes something that holds a word (the root only once every word has its
+tag), and EOS only after the root is closed; each of them only if the tokens it leaves to output
+(the missing tags and words, the closing brackets, EOS) still fit in the sentence's maximum
+length, which is at least words + pieces + 3. Only the tree tokens, EOS and "copy the next piece"
+are chosen among, so decoding scores those (a hundred or so) instead of the whole vocabulary
+(Transformer.decoding_step_fn's output_ids): the same answers, found faster. The trees are built
+from the tags (the i-th tag over the i-th word), never from the copied text.
 
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
@@ -28,7 +26,7 @@ Signatures:
 Empty (whitespace-only) sentences give "" with score 0. Invalid UTF-8 is replaced by U+FFFD. Words
 "(" and ")" (and brackets inside words) are written -LRB- and -RRB- in the trees, as the PTB does.
 A source longer than the parser's max_source_length pieces is cut (the tree still covers every
-word; the words past the cut are not copied: their tags follow each other); a sentence whose words and pieces (within that cut)
+word; the words past the cut are not copied); a sentence whose words and pieces (within that cut)
 add up to more than the model's max_length - 3 is refused with an InvalidArgumentError naming the
 limit (1,021 for the parsing presets: at least 510 words).
 """
@@ -41,7 +39,6 @@ from keras_transformer.decoding.beam_search import gather_rows
 from keras_transformer.export import Translator, _valid_utf8
 
 FORBIDDEN, OPEN, CLOSE, TAG, END, COPY = range(6)
-BETWEEN, IN_WORD, TAG_NEXT = range(3)  # where a row is: between tree tokens, inside a word, after a word
 _WORD_MARK = "\u2581"  # SentencePiece's space mark: tree tokens are pieces "▁(NP", "▁)", "▁NN"
 NEG_LOGIT = -1e9  # finite, so a row with nothing allowed (after its sentence is done) never gives NaN
 
@@ -80,7 +77,7 @@ class TreeConstraint:
     """Which choices each of N rows may make next; see the module docstring.
 
     The choices are the V' output indices (`classes`) and one more, COPY (index V'): "output the
-    sentence's next piece" (which starts the next word, or goes on with the current one).
+    sentence's next piece".
 
     Args:
       classes: (V',) int32 the class of each output index.
@@ -102,7 +99,7 @@ class TreeConstraint:
     def initial_state(self):
         zeros = tf.zeros_like(self.word_counts)
         no = tf.cast(zeros, tf.bool)
-        return zeros, zeros, no, no, zeros, zeros + BETWEEN  # depth, tags, last open, started, copied, where
+        return zeros, zeros, no, no, zeros, no  # depth, tags, last open, started, copied, in a word
 
     def update(self, state, choices):
         """The state after each row chose choices (N,) (BOS at step 0 changes nothing)."""
@@ -110,63 +107,56 @@ class TreeConstraint:
         kind = tf.gather(self.classes, choices)  # (N,)
         depth += tf.cast(kind == OPEN, tf.int32) - tf.cast(kind == CLOSE, tf.int32)
         tags += tf.cast(kind == TAG, tf.int32)
-        copy = kind == COPY
-        copied += tf.cast(copy, tf.int32)
+        copied += tf.cast(kind == COPY, tf.int32)
+        pieces_left = copied < self.piece_counts
         next_starts_word = tf.gather(self.word_starts, tf.minimum(copied, tf.shape(self.word_starts)[1] - 1),
                                      batch_dims=1)  # (N,)
-        word_goes_on = (copied < self.piece_counts) & ~next_starts_word
-        where = tf.where(copy, tf.where(word_goes_on, IN_WORD, TAG_NEXT), BETWEEN)
-        return depth, tags, kind == OPEN, started | (kind == OPEN) | (kind == TAG), copied, where
+        in_word = pieces_left & ((kind == TAG) | ((kind == COPY) & ~next_starts_word))
+        return depth, tags, kind == OPEN, started | (kind == OPEN) | (kind == TAG), copied, in_word
 
     def allowed(self, state, step):
         """(N, V' + 1) bool: the choices each row may make at position `step`."""
-        depth, tags, last_open, started, copied, where = state
+        depth, tags, last_open, started, copied, in_word = state
         words = self.word_counts
         missing = words - tags
-        pieces_left = self.piece_counts - copied
         # positions after this one, less what the rest of the words need: their tags and pieces
-        left = self.max_lengths - step - 1 - tf.where(missing > 0, pieces_left, 0)
+        left = self.max_lengths - step - 1 - tf.where(missing > 0, self.piece_counts - copied, 0)
         done = started & tf.equal(depth, 0)
-        between = tf.equal(where, BETWEEN)
-        open_ok = between & ~done & (missing > 0) & (missing + depth + 2 <= left)
-        word_ok = (between & ~done & (missing > 0) & ((depth > 0) | (~started & tf.equal(words, 1)))
-                   & (missing + depth <= left))
-        # A word starts by copying its first piece; a word past the sentence's pieces (cut) is its tag alone.
-        copy_ok = tf.equal(where, IN_WORD) | (word_ok & (pieces_left > 0))
-        tag_ok = tf.equal(where, TAG_NEXT) | (word_ok & (pieces_left <= 0))
-        close_ok = (between & (depth > 0) & ~last_open & ((depth > 1) | tf.equal(missing, 0))
+        free = ~in_word
+        open_ok = free & ~done & (missing > 0) & (missing + depth + 2 <= left)
+        tag_ok = (free & ~done & (missing > 0) & ((depth > 0) | (~started & tf.equal(words, 1)))
+                  & (missing + depth <= left))
+        close_ok = (free & (depth > 0) & ~last_open & ((depth > 1) | tf.equal(missing, 0))
                     & (missing + depth <= left))
-        end_ok = between & ((done & tf.equal(missing, 0)) | tf.equal(words, 0))
-        by_class = tf.stack([tf.zeros_like(done), open_ok, close_ok, tag_ok, end_ok, copy_ok], axis=1)  # (N, 6)
+        end_ok = free & ((done & tf.equal(missing, 0)) | tf.equal(words, 0))
+        by_class = tf.stack([tf.zeros_like(done), open_ok, close_ok, tag_ok, end_ok, in_word], axis=1)  # (N, 6)
         return tf.gather(by_class, self.classes, axis=1)  # (N, V' + 1)
-
-    def next_piece(self, state, pieces):
-        """(N,) each row's next piece of pieces (N, S): the id COPY feeds."""
-        copied = state[4]
-        return tf.gather(pieces, tf.minimum(copied, tf.shape(pieces)[1] - 1), batch_dims=1)
 
     def vocabulary_ids(self, state, choices, output_ids, pieces):
         """(N,) the ids a model is fed for choices (N,) made in `state`: output_ids[choice], or
         for COPY the row's next piece of pieces (N, S)."""
+        copied = state[4]
         copy = tf.equal(choices, self.copy_index)
-        return tf.where(copy, self.next_piece(state, pieces),
-                        tf.gather(output_ids, tf.minimum(choices, self.copy_index - 1)))
+        piece = tf.gather(pieces, tf.minimum(copied, tf.shape(pieces)[1] - 1), batch_dims=1)
+        return tf.where(copy, piece, tf.gather(output_ids, tf.minimum(choices, self.copy_index - 1)))
 
 
 def constrained_step_fn(step_fn, cache, constraint: TreeConstraint, output_ids, pieces):
     """(step_fn', cache') for keras_transformer.decoding, whose choices are indices into output_ids
-    (V',) and COPY (V'): step_fn (fed vocabulary ids, scoring output_ids and, as its last column,
-    each row's extra_ids: Transformer.decoding_step_fn) with what `constraint` forbids set to
-    NEG_LOGIT; COPY is scored as the row's next piece; pieces (N, S) are each row's sentence
-    pieces. The constraint's state rides in the cache and follows the beams."""
+    (V',) and COPY (V'): step_fn (fed vocabulary ids, scoring output_ids) with a column for COPY,
+    and what `constraint` forbids set to NEG_LOGIT; pieces (N, S) are each row's sentence pieces.
+    The constraint's state rides in the cache and follows the beams."""
     output_ids = tf.convert_to_tensor(output_ids, tf.int32)
 
     def step(choices, position, constrained_cache):
         model_cache, state = constrained_cache
         ids = constraint.vocabulary_ids(state, choices, output_ids, pieces)
         state = constraint.update(state, choices)
-        logits, model_cache = step_fn(ids, position, model_cache, extra_ids=constraint.next_piece(state, pieces))
-        logits = tf.where(constraint.allowed(state, position), logits, NEG_LOGIT)  # (N, V' + 1)
+        logits, model_cache = step_fn(ids, position, model_cache)
+        if isinstance(logits, (list, tuple)):  # vocabulary blocks of parallel groups
+            logits = tf.concat(logits, axis=1)
+        logits = tf.concat([logits, tf.zeros_like(logits[:, :1])], axis=1)  # (N, V' + 1): COPY's is 0
+        logits = tf.where(constraint.allowed(state, position), logits, NEG_LOGIT)
         return logits, (model_cache, state)
 
     def reorder_cache(constrained_cache, parents):

@@ -11,28 +11,26 @@ WORDS = ["I", "saw", "a", "dog", "."]
 
 def test_linearize_and_rebuild():
     tree = parse_tree(TREE)
-    assert linearize(tree) == "(S (NP I PRP ) (VP saw VBD (NP a DT dog NN ) ) . . )"
+    assert linearize(tree) == "(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )"
     assert linearize_tokens(tree, words=False) == "(S (NP PRP ) (VP VBD (NP DT NN ) ) . )".split()
     assert rebuild(linearize(tree), WORDS) == tree
-    assert rebuild("Hello NN", ["Hello"]).to_string() == "(NN Hello)"
-    assert (rebuild("(NP -LRB- -LRB- x NN -RRB- -RRB- )", ["-LRB-", "x", "-RRB-"]).to_string()
+    assert rebuild("NN Hello", ["Hello"]).to_string() == "(NN Hello)"
+    assert (rebuild("(NP -LRB- -LRB- NN x -RRB- -RRB- )", ["-LRB-", "x", "-RRB-"]).to_string()
             == "(NP (-LRB- -LRB-) (NN x) (-RRB- -RRB-))")
 
 
-def test_split_words_takes_each_word_and_the_tag_after_it_even_a_word_that_looks_like_a_tag():
+def test_split_words_takes_the_token_after_each_tag_even_a_tag_or_a_bracket():
     assert split_words(". . , , NN NN".split()) == ([".", ",", "NN"], [".", ",", "NN"])
-    assert split_words("(S dog NN ) . . )".split()) == (["(S", "NN", ")", ".", ")"], ["dog", "."])
-    with pytest.raises(TreeFormatError, match="the last word, 'saw', has no tag"):
-        split_words("(S dog NN saw".split())
-    with pytest.raises(TreeFormatError, match=r"the word 'dog' has '\)' after it instead of a tag"):
-        split_words("(S dog ) )".split())
+    assert split_words("(S NN ) )".split()) == (["(S", "NN", ")"], [")"])
+    with pytest.raises(TreeFormatError, match="the last tag, 'VBD', has no word"):
+        split_words("(S NN dog VBD".split())
 
 
 def test_rebuild_refuses_malformed_sequences():
     with pytest.raises(TreeFormatError, match="words are not the sentence's: 'I saw a dog' against 'I saw a dog .'"):
-        rebuild("(S (NP I PRP ) (VP saw VBD (NP a DT dog NN ) ) )", WORDS)
+        rebuild("(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) )", WORDS)
     with pytest.raises(TreeFormatError, match="not a tree over the 5 words: unmatched_closes 1"):
-        rebuild("(S (NP I PRP ) (VP saw VBD (NP a DT dog NN ) ) . . ) )", WORDS)
+        rebuild("(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . ) )", WORDS)
 
 
 @pytest.mark.parametrize("sequence, expected, fixed", [

@@ -19,13 +19,13 @@ def treebank(tmp_path):
 def test_treebank_corpus_pairs_symbols_and_spec(treebank):
     spec = treebank_spec(treebank / "train.mrg", [treebank / "dev.mrg"], treebank / "dev.mrg")
     corpus = corpus_from_spec(spec)
-    assert list(corpus.pairs("train")) == [("I saw a dog .", "(S (NP I PRP ) (VP saw VBD (NP a DT dog NN ) ) . . )"),
-                                           ("Go away !", "(S (VP Go VB (ADVP away RB ) ) ! . )")]
+    assert list(corpus.pairs("train")) == [("I saw a dog .", "(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )"),
+                                           ("Go away !", "(S (VP VB Go (ADVP RB away ) ) . ! )")]
     assert corpus.num_pairs("validation") == corpus.num_pairs("test") == 1
     assert corpus.user_defined_symbols() == tuple("\u2581" + token for token in sorted(
         ["(S", "(NP", "(VP", "(ADVP", ")", "PRP", "VBD", "DT", "NN", "VB", "RB", "."]))
     assert [pair for pair in corpus.dataset("validation").as_numpy_iterator()] == [
-        (b"Go away !", b"(S (VP Go VB (ADVP away RB ) ) ! . )")]
+        (b"Go away !", b"(S (VP VB Go (ADVP RB away ) ) . ! )")]
     assert gold_tree(*next(corpus.pairs("validation"))).to_string() == "(S (VP (VB Go) (ADVP (RB away))) (. !))"
     with pytest.raises(ValueError, match="train"):
         TreebankCorpus({"validation": treebank / "dev.mrg"})
@@ -47,7 +47,7 @@ def test_answers_are_trees_over_the_sentence_or_repaired():
 
 def test_parse_scores_count_repairs_and_score_as_evalb():
     sentences = ["I saw a dog .", "Go away !"]
-    references = ["(S (NP I PRP ) (VP saw VBD (NP a DT dog NN ) ) . . )", "(S (VP Go VB (ADVP away RB ) ) ! . )"]
+    references = ["(S (NP PRP I ) (VP VBD saw (NP DT a NN dog ) ) . . )", "(S (VP VB Go (ADVP RB away ) ) . ! )"]
     answers = ["(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))", "(S (VP (VB Go) (PRT (RP away))"]
     scores = parse_scores(sentences, answers, references)
     assert scores.repaired == 1 and scores.f1 == 100.0 and scores.sentences == 2  # ADVP = PRT
