@@ -117,17 +117,12 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     """
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
     # The float16 reference is the issue's whole job: trained, averaged, scored and exported.
-    export = precision == "mixed_float16"
-    reference_output = _run_to_the_end(_command(corpus_spec, reference, precision=precision, export=export),
+    reference_output = _run_to_the_end(_command(corpus_spec, reference, precision=precision, export=True),
                                        tmp_path / "reference.log")
     assert re.search(rf"^{TRAIN_STEPS}/{TRAIN_STEPS} - ", reference_output, re.MULTILINE), reference_output[-4000:]
     assert re.search(rf"^test \({TRAIN_STEPS} steps, .*sacreBLEU", reference_output,
                      re.MULTILINE), reference_output[-4000:]
-    if export:
-        _assert_exported_in_float32(reference, reference_output)
-    else:
-        assert "SavedModel" not in reference_output
-        assert sorted(path.name for path in reference.iterdir()) == ["workdir"]
+    _assert_exported_in_float32(reference, reference_output)
 
     process = _start(_command(corpus_spec, interrupted, precision=precision), tmp_path / "killed.log")
     first = _wait_for_first_checkpoint(process, interrupted, tmp_path / "killed.log")
