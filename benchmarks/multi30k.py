@@ -175,10 +175,11 @@ def main():
         # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them.
         lowercased = sacrebleu.metrics.BLEU(lowercase=True)
         bleu_lc = lowercased.corpus_score(hypotheses, [references]).score
-        log(f"{test_set} ({name}): lowercased sacreBLEU {bleu_lc:.2f} ({lowercased.get_signature()})")
+        bleu_lc_signature = str(lowercased.get_signature())
+        log(f"{test_set} ({name}): lowercased sacreBLEU {bleu_lc:.2f} ({bleu_lc_signature})")
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),
              signature=scores.bleu_signature, bleu_lc=round(bleu_lc, 2),
-             bleu_lc_signature=str(lowercased.get_signature()), chrf=round(scores.chrf, 2),
+             bleu_lc_signature=bleu_lc_signature, chrf=round(scores.chrf, 2),
              chrf_signature=scores.chrf_signature, checkpoint=name,
              val_bleu=round(validation_scores.bleu, 2), candidates=tried, steps=result.step,
              stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
