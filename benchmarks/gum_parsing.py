@@ -16,7 +16,8 @@ percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1 against tra
 evaluations during training, on the first run.eval_sentences dev sentences, and the candidates).
 
 Running the same command again resumes an interrupted run, for up to --minutes more; with
---skip-training it chooses and scores the run in --workdir as it stands.
+--skip-training it chooses and scores the run in --workdir as it stands (a run made before the tag
+dictionary, parsing.tag_dictionary, first gets one from GUM train, as a new run does).
 """
 import argparse
 import json
@@ -117,6 +118,7 @@ def main():
     from keras_transformer.data.factory import SHARED_DATA_ENV, shared_data_root
     from keras_transformer.parsing.configs import parsing_configs
     from keras_transformer.parsing.corpus import TreebankCorpus
+    from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
     from keras_transformer.parsing.task import PARSING, parse_scores
     from keras_transformer.training.evaluation import BeamSearchTranslator
     import tensorflow as tf
@@ -138,6 +140,8 @@ def main():
         if not (workdir / "run_config.json").is_file():
             sys.exit(f"--skip-training: no run in {workdir}")
         configs = RunConfigs.read(workdir)
+        if read_tag_dictionary(workdir) is None:  # a run from before the tag dictionary: as a new run has
+            PARSING.prepare_workdir(workdir, TreebankCorpus({"train": folder / "train.ptb"}))
         step = checkpoint_step(tf.train.latest_checkpoint(str(checkpoint_directory(workdir))))
         result = RunResult(workdir=workdir, step=step, averaged_weights=average_run(
             workdir, configs.train.checkpoints_to_average, select=configs.train.average))
@@ -157,7 +161,7 @@ def main():
 
     best, tried = None, []
     for name, model, stamp in candidates(configs, workdir, result.averaged_weights, args.candidates):
-        parser = BeamSearchTranslator(model, tokenizer, configs.decode, translator_class=PARSING.translator_class)
+        parser = BeamSearchTranslator(model, tokenizer, configs.decode, translator_class=PARSING.translator(workdir))
         scores = scored(parser, choice)
         log(scores.report(f"dev, first {len(choice)} sentences ({name})"))
         tried.append((name, (stamp.stat().st_mtime - start) / 60.0 if start else 0.0, scores.f1))
@@ -182,7 +186,8 @@ def main():
     emit(task="gum_parsing", preset=args.preset, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
          checkpoint=name, test_recall=round(test_scores.recall, 2), test_precision=round(test_scores.precision, 2),
          dev_repaired=dev_scores.repaired, test_repaired=test_scores.repaired,
-         test_error_sentences=test_scores.error_sentences, steps=result.step, budget_minutes=args.minutes,
+         dev_error_sentences=dev_scores.error_sentences, test_error_sentences=test_scores.error_sentences,
+         tag_dictionary=read_tag_dictionary(workdir) is not None, steps=result.step, budget_minutes=args.minutes,
          wall_minutes=round((time.monotonic() - started) / 60.0, 1), beam=configs.decode.beam_size,
          alpha=configs.decode.alpha, threads=args.threads, dev_sentences=len(dev), test_sentences=len(test),
          choice_sentences=len(choice), candidates={n: round(f1, 2) for n, _, f1 in tried},

@@ -49,11 +49,11 @@ def parse_args(argv=None):
 
 
 def translator_class(workdir):
-    """Translator, or the Parser for a parsing run."""
+    """Translator, or the Parser (with the run's tag dictionary) for a parsing run."""
     data_config = pathlib.Path(workdir) / "data_config.json"
     if data_config.is_file() and json.loads(data_config.read_text()).get("dataset", "").startswith("treebank:"):
-        from keras_transformer.parsing.parser import Parser
-        return Parser
+        from keras_transformer.parsing.task import PARSING
+        return PARSING.translator(workdir)
     return Translator
 
 

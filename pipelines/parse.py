@@ -36,12 +36,12 @@ def parse_args(argv=None):
 def workdir_parser(workdir, checkpoint):
     """batch of bytes -> trees (B,) with the run's model, decoded in this process."""
     from keras_transformer import export
-    from keras_transformer.parsing.parser import Parser
+    from keras_transformer.parsing.task import PARSING
 
     chosen = workdir / CHOSEN_WEIGHTS
     weights = chosen if checkpoint is None and chosen.is_file() else None
     model, sentencepiece_proto, decode_config = export.load_model_from_workdir(workdir, checkpoint, weights)
-    parser = Parser(model, sentencepiece_proto, decode_config)
+    parser = PARSING.translator(workdir)(model, sentencepiece_proto, decode_config)
     return lambda batch: parser.translate(tf.constant(batch))["translations"]
 
 

@@ -48,7 +48,7 @@ def dev_scores(result, configs):
     pairs = list(corpus.pairs("validation"))
     parser = BeamSearchTranslator(load_averaged_model(configs, result.averaged_weights),
                                   SubwordTokenizer.from_file(result.workdir / "sentencepiece.model"),
-                                  configs.decode, translator_class=PARSING.translator_class)
+                                  configs.decode, translator_class=PARSING.translator(result.workdir))
     sentences = [sentence for sentence, _ in pairs]
     return parse_scores(sentences, parser.translate(sentences), [reference for _, reference in pairs])
 

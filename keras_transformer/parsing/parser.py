@@ -20,6 +20,12 @@ are chosen among, so decoding scores those (a hundred or so) instead of the whol
 (Transformer.decoding_step_fn's output_ids): the same answers, found faster. The trees are built
 from the tags (the i-th tag over the i-th word), never from the copied text.
 
+With a tag dictionary (parsing.tag_dictionary; the training job writes one from the train trees),
+a tag is allowed only among those the dictionary allows the word it is for: the next untagged one.
+The allowed tags then share the probability the model gives to all the tags allowed there: only
+masking the forbidden ones would hand their probability to the brackets too, and a beam search
+that finds the tag the model wanted forbidden would open bracket after bracket instead.
+
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
   score            as the Translator's: log p(linearized tree | sentence)
@@ -36,7 +42,8 @@ from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from keras_transformer.decoding.beam_search import gather_rows
-from keras_transformer.export import Translator, _valid_utf8
+from keras_transformer.export import HOST, Translator, _valid_utf8
+from keras_transformer.parsing.tag_dictionary import ALPHANUMERIC, SHAPES
 
 FORBIDDEN, OPEN, CLOSE, TAG, END, COPY = range(6)
 _WORD_MARK = "\u2581"  # SentencePiece's space mark: tree tokens are pieces "▁(NP", "▁)", "▁NN"
@@ -86,15 +93,20 @@ class TreeConstraint:
       word_starts: (N, S) bool: which of each row's sentence pieces (EOS and padding excluded) begin
         a word (SentencePiece's "▁"); S >= 1.
       piece_counts: (N,) int32 the pieces of each row's sentence (EOS excluded).
+      word_rows, row_masks: a tag dictionary, or None: word_rows (N, W') int32 (W' >= 1) a row of
+        row_masks (R, V' + 1) bool for each word of each row's sentence; a tag is allowed only where
+        the row of the word it is for (the next one) allows it.
     """
 
-    def __init__(self, classes, word_counts, max_lengths, word_starts, piece_counts):
+    def __init__(self, classes, word_counts, max_lengths, word_starts, piece_counts, word_rows=None, row_masks=None):
         self.classes = tf.constant(np.append(classes, COPY).astype(np.int32))
         self.copy_index = len(classes)
         self.word_counts = word_counts
         self.max_lengths = max_lengths
         self.word_starts = word_starts
         self.piece_counts = piece_counts
+        self.word_rows = word_rows
+        self.row_masks = row_masks
 
     def initial_state(self):
         zeros = tf.zeros_like(self.word_counts)
@@ -132,6 +144,14 @@ class TreeConstraint:
         by_class = tf.stack([tf.zeros_like(done), open_ok, close_ok, tag_ok, end_ok, in_word], axis=1)  # (N, 6)
         return tf.gather(by_class, self.classes, axis=1)  # (N, V' + 1)
 
+    def dictionary_allowed(self, state):
+        """(N, V' + 1) bool: False on the tags the tag dictionary forbids for the next word to be
+        tagged (True elsewhere); None without a dictionary."""
+        if self.word_rows is None:
+            return None
+        next_word = tf.minimum(state[1], tf.shape(self.word_rows)[1] - 1)
+        return tf.gather(self.row_masks, tf.gather(self.word_rows, next_word, batch_dims=1))
+
     def vocabulary_ids(self, state, choices, output_ids, pieces):
         """(N,) the ids a model is fed for choices (N,) made in `state`: output_ids[choice], or
         for COPY the row's next piece of pieces (N, S)."""
@@ -147,6 +167,7 @@ def constrained_step_fn(step_fn, cache, constraint: TreeConstraint, output_ids, 
     and what `constraint` forbids set to NEG_LOGIT; pieces (N, S) are each row's sentence pieces.
     The constraint's state rides in the cache and follows the beams."""
     output_ids = tf.convert_to_tensor(output_ids, tf.int32)
+    is_tag = tf.equal(constraint.classes, TAG)[None, :]  # (1, V' + 1)
 
     def step(choices, position, constrained_cache):
         model_cache, state = constrained_cache
@@ -156,7 +177,17 @@ def constrained_step_fn(step_fn, cache, constraint: TreeConstraint, output_ids, 
         if isinstance(logits, (list, tuple)):  # vocabulary blocks of parallel groups
             logits = tf.concat(logits, axis=1)
         logits = tf.concat([logits, tf.zeros_like(logits[:, :1])], axis=1)  # (N, V' + 1): COPY's is 0
-        logits = tf.where(constraint.allowed(state, position), logits, NEG_LOGIT)
+        allowed = constraint.allowed(state, position)
+        dictionary = constraint.dictionary_allowed(state)
+        if dictionary is not None:
+            # The tags the dictionary keeps share the probability of all the allowed tags, so that
+            # a forbidden tag's mass goes to the other tags, not to the brackets.
+            tags = tf.where(allowed & is_tag, logits, NEG_LOGIT)
+            shift = (tf.reduce_logsumexp(tags, axis=1, keepdims=True)
+                     - tf.reduce_logsumexp(tf.where(dictionary, tags, NEG_LOGIT), axis=1, keepdims=True))
+            logits = tf.where(is_tag, logits + shift, logits)
+            allowed &= dictionary
+        logits = tf.where(allowed, logits, NEG_LOGIT)
         return logits, (model_cache, state)
 
     def reorder_cache(constrained_cache, parents):
@@ -210,10 +241,12 @@ def sequences_to_trees(sequences, words):
 
 class Parser(Translator):
     """Sentences in, trees out (module docstring). Arguments as Translator's; max_source_length
-    defaults to the model's max_length - extra_length (the parsing presets: 1024 - 300)."""
+    defaults to the model's max_length - extra_length (the parsing presets: 1024 - 300).
+    tag_dictionary: a parsing.tag_dictionary.TagDictionary that decoding obeys, or None (any tag
+    for any word)."""
 
     def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
-                 max_beam_size=1, precision=None, name="parser"):
+                 max_beam_size=1, precision=None, tag_dictionary=None, name="parser"):
         extra_length = (decode_config or DecodeConfig()).extra_length
         if max_source_length is None:
             max_source_length = max(2, model.config.max_length - extra_length)
@@ -226,10 +259,46 @@ class Parser(Translator):
         keep[[PAD_ID, self.decode_config.bos_id, self.decode_config.eos_id]] = True
         self.output_ids = np.flatnonzero(keep).astype(np.int32)
         self.piece_classes = classes[self.output_ids]  # the class of each output index
+        self.tag_dictionary = tag_dictionary
+        if tag_dictionary is not None:
+            self._word_rows_table, self._row_masks = self._tag_dictionary_tables(tag_dictionary)
+
+    def _tag_dictionary_tables(self, dictionary):
+        """(a table word -> row, row masks (R, V' + 1) bool) of a TagDictionary: row i < R - 2 is
+        the i-th listed word's, the last two rows those of any other word of each of SHAPES. A row
+        that allows none of this vocabulary's tags allows them all."""
+        proto = sentencepiece_model_pb2.ModelProto.FromString(self.sentencepiece_proto)
+        names = [proto.pieces[i].piece[len(_WORD_MARK):] for i in self.output_ids]
+        is_tag = np.append(self.piece_classes == TAG, False)  # the COPY column is no tag
+        words = sorted(dictionary.words)
+        rows = [dictionary.words[word] for word in words] + [dictionary.other.get(shape, ()) for shape in SHAPES]
+        masks = np.ones([len(rows), len(is_tag)], bool)
+        for row, tags in enumerate(rows):
+            allowed = is_tag & np.isin(np.append(names, ""), list(tags))
+            if allowed.any():
+                masks[row, is_tag] = allowed[is_tag]
+        with tf.device(HOST):
+            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.constant(words, tf.string), tf.range(len(words), dtype=tf.int32)), default_value=-1)
+        return table, tf.constant(masks)
+
+    def _word_rows(self, words):
+        """(B, W') int32 (W' >= 1): the tag dictionary's row of each word of words (B, None)."""
+        with tf.device(HOST):
+            escaped = escape_words(words.flat_values)
+            listed = self._word_rows_table.lookup(escaped)
+            other = tf.shape(self._row_masks)[0] - 2 + tf.cast(~tf.strings.regex_full_match(escaped, ALPHANUMERIC),
+                                                               tf.int32)  # the rows of SHAPES
+            rows = words.with_flat_values(tf.where(listed >= 0, listed, other)).to_tensor(default_value=0)
+            return tf.pad(rows, [[0, 0], [0, 1]])  # a column for sentences without words
 
     def settings(self):
         values = super().settings()
+        dictionary = self.tag_dictionary
         values.update(task="parsing", max_words_and_pieces=self.max_words_and_pieces,
+                      tag_dictionary=None if dictionary is None else {
+                          "min_count": dictionary.min_count, "words": len(dictionary.words),
+                          "tags_of_other_words": {shape: list(tags) for shape, tags in dictionary.other.items()}},
                       signatures=list(self.signatures()),
                       max_output_length=f"max(source tokens with EOS + {self.decode_config.extra_length}, "
                                         f"words + pieces + 3), at most {self.model.config.max_length}")
@@ -256,17 +325,22 @@ class Parser(Translator):
         return tf.where(positions < counts[:, None], source_ids, PAD_ID), counts
 
     def _max_lengths(self, source_ids, is_empty, context):
+        word_counts, _ = context
         lengths = tf.maximum(super()._max_lengths(source_ids, is_empty, context),
-                             context + self._pieces(source_ids)[1] + 3)
+                             word_counts + self._pieces(source_ids)[1] + 3)
         return tf.where(is_empty, 1, tf.minimum(lengths, self.model.config.max_length))
 
     def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
         step_fn, cache = self._model_step(source_ids, beam_size, max_length)
+        word_counts, word_rows = context
         pieces, counts = self._pieces(source_ids)
         pieces = tf.repeat(pieces, beam_size, axis=0)  # (B*W, S)
-        constraint = TreeConstraint(self.piece_classes, tf.repeat(context, beam_size),
+        dictionary = {} if word_rows is None else dict(word_rows=tf.repeat(word_rows, beam_size, axis=0),
+                                                       row_masks=self._row_masks)
+        constraint = TreeConstraint(self.piece_classes, tf.repeat(word_counts, beam_size),
                                     tf.repeat(max_lengths, beam_size),
-                                    tf.gather(tf.constant(self.word_starts), pieces), tf.repeat(counts, beam_size))
+                                    tf.gather(tf.constant(self.word_starts), pieces), tf.repeat(counts, beam_size),
+                                    **dictionary)
         return constrained_step_fn(step_fn, cache, constraint, self._choice_ids(), pieces)
 
     def _parse(self, inputs):
@@ -279,9 +353,10 @@ class Parser(Translator):
             word_counts + self._pieces(source_ids)[1], self.max_words_and_pieces,
             message=f"a sentence is too long for this parser: its words and SentencePiece pieces add up to more "
                     f"than {self.max_words_and_pieces}")
+        word_rows = None if self.tag_dictionary is None else self._word_rows(words)
         with tf.control_dependencies([check]):
             choices, scores = self._search(source_ids, is_empty, self.decode_config.beam_size,
-                                           self.decode_config.alpha, num_return=1, context=word_counts)
+                                           self.decode_config.alpha, num_return=1, context=(word_counts, word_rows))
         ids, tree_ids = answer_ids(choices[:, 0], self._pieces(source_ids)[0], self._choice_ids())
         tokenizer = self._sentencepiece()
         sequences = tokenizer.detokenize(ids)

@@ -11,6 +11,7 @@ from keras_transformer.parsing.corpus import corpus_from_spec, gold_tree
 from keras_transformer.parsing.evalb import CUTOFF_LENGTH, evalb
 from keras_transformer.parsing.linearization import Repairs, repair
 from keras_transformer.parsing.parser import Parser
+from keras_transformer.parsing.tag_dictionary import build_tag_dictionary, read_tag_dictionary, write_tag_dictionary
 from keras_transformer.parsing.trees import Tree, TreeFormatError, escape_word, parse_tree, tokenize_brackets
 from keras_transformer.training.task import Task
 
@@ -101,5 +102,15 @@ def parsing_corpus(data):
     return corpus_from_spec(data.dataset)
 
 
+def write_parsing_files(workdir, corpus):
+    """The train split's tag dictionary, which the Parser decodes with."""
+    write_tag_dictionary(workdir, build_tag_dictionary(corpus.trees("train")))
+
+
+def parser_options(workdir):
+    """The Parser's tag dictionary, where the run has one (delete the file to parse without)."""
+    return {"tag_dictionary": read_tag_dictionary(workdir)}
+
+
 PARSING = Task(name="parsing", corpus=parsing_corpus, translator_class=Parser, validation_metric=validation_f1,
-               test_scores=parse_scores)
+               test_scores=parse_scores, prepare_workdir=write_parsing_files, translator_options=parser_options)

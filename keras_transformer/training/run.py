@@ -23,7 +23,7 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.data import load_or_train_tokenizer, make_corpus_dataset
-from keras_transformer.export import Translator, export_translator
+from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
 from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
 from keras_transformer.schedule import paper_optimizer
@@ -139,7 +139,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                                      configs.train.train_steps)
     monitor = TrainingMonitor(pathlib.Path(workdir) / "tensorboard", run.log_every_steps, validation,
                               BeamSearchTranslator(model, tokenizer, configs.decode,
-                                                   translator_class=task.translator_class), validation_pairs,
+                                                   translator_class=task.translator(workdir)), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
                               num_samples=run.sample_translations, write=chief, metric=task.validation_metric)
     selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
@@ -219,7 +219,8 @@ def load_averaged_model(configs: RunConfigs, weights_path) -> Transformer:
     return model
 
 
-def export_saved_model(translator: Translator, workdir, export_dir, step, precision="float32") -> pathlib.Path:
+def export_saved_model(translator: Translator, workdir, export_dir, step, precision="float32",
+                       translator_class=Translator) -> pathlib.Path:
     """The SavedModel of `translator` (the averaged weights) as the next version in export_dir, in
     `precision` (float32, bfloat16 or float16, see keras_transformer.precision).
 
@@ -234,9 +235,9 @@ def export_saved_model(translator: Translator, workdir, export_dir, step, precis
             logger.info("step %d is exported already: %s", step, record["path"])
             return pathlib.Path(record["path"])
     if precision != translator.model.dtype_policy.name:
-        translator = Translator(translator.model, translator.sentencepiece_proto, translator.decode_config,
-                                max_source_length=translator.max_source_length,
-                                max_beam_size=translator.max_beam_size, precision=precision)
+        translator = translator_class(translator.model, translator.sentencepiece_proto, translator.decode_config,
+                                      max_source_length=translator.max_source_length,
+                                      max_beam_size=translator.max_beam_size, precision=precision)
     path = export_translator(translator, export_dir)
     temporary = record_path.with_suffix(".tmp")
     temporary.write_text(json.dumps({"step": step, "path": str(path), "precision": precision}, indent=2) + "\n")
@@ -274,6 +275,9 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     try:
         if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
             wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
+        if chief and not (workdir / SENTENCEPIECE_FILENAME).is_file():  # a new run (or one killed before this)
+            workdir.mkdir(parents=True, exist_ok=True)
+            task.prepare_workdir(workdir, corpus)
         tokenizer = load_or_train_tokenizer(workdir, corpus.training_sentences(),
                                             data.tokenizer_settings(corpus.name, corpus.user_defined_symbols()))
         if chief:
@@ -312,11 +316,12 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
         return result
     result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average, select=configs.train.average)
     averaged = load_averaged_model(configs, result.averaged_weights)
+    translator_class = task.translator(workdir)
     translator = BeamSearchTranslator(averaged, tokenizer, configs.decode,  # evaluated, then exported
-                                      translator_class=task.translator_class)
+                                      translator_class=translator_class)
     if evaluate_test:
         result.scores = evaluate_test_set(translator, corpus, workdir, task)
     if export_dir is not None:
         result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step,
-                                                precision=export_precision)
+                                                precision=export_precision, translator_class=translator_class)
     return result

@@ -3,6 +3,7 @@ the model's outputs into answers, and how answers are scored. Translation is the
 (keras_transformer.parsing.task.PARSING) is the other one.
 """
 import dataclasses
+import functools
 from typing import Callable
 
 from keras_transformer.data import DataConfig, get_corpus
@@ -21,6 +22,10 @@ class Task:
         each evaluation.
       test_scores: (sources, answers, references) -> a dataclass with report(name), written to
         test_scores.json and printed at the end of the job.
+      prepare_workdir: (workdir, corpus) -> None, run once when the run's vocabulary is learned:
+        writes what the translator needs besides the model and the vocabulary.
+      translator_options: workdir -> keyword arguments of translator_class, read from what
+        prepare_workdir wrote.
     """
 
     name: str
@@ -28,6 +33,12 @@ class Task:
     translator_class: type
     validation_metric: Callable
     test_scores: Callable
+    prepare_workdir: Callable = lambda workdir, corpus: None
+    translator_options: Callable = lambda workdir: {}
+
+    def translator(self, workdir):
+        """translator_class with the options of the run in workdir."""
+        return functools.partial(self.translator_class, **self.translator_options(workdir))
 
 
 def translation_corpus(data: DataConfig):

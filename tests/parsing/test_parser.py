@@ -8,8 +8,8 @@ from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.decoding import beam_search
 from keras_transformer.parsing import rebuild
 from keras_transformer.parsing.linearization import split_words
-from keras_transformer.parsing.parser import (CLOSE, END, OPEN, TAG, TreeConstraint, answer_ids, constrained_step_fn,
-                                              sequences_to_trees)
+from keras_transformer.parsing.parser import (CLOSE, END, NEG_LOGIT, OPEN, TAG, TreeConstraint, answer_ids,
+                                              constrained_step_fn, sequences_to_trees)
 
 # A vocabulary: 4 special ids, tree tokens (one of them, "▁.", also a word), then word pieces.
 TOKENS = ["<pad>", "<unk>", "<s>", "</s>", "▁(S", "▁(NP", "▁(VP", "▁)", "▁NN", "▁VBD", "▁.", "▁dog", "▁the", "s"]
@@ -108,6 +108,56 @@ def test_no_empty_constituent_and_room_left_for_the_words():
     assert set(allowed(s, 1)) == {OPEN, TAG}
 
 
+def dictionary_constraint():
+    """A constraint on "the dogs" whose tag dictionary lets "the" be NN only (output index 7), and
+    "dog" VBD or "." (8, 9)."""
+    row_masks = np.ones([2, COPY + 1], bool)
+    row_masks[0, [8, 9]] = False
+    row_masks[1, 7] = False
+    pieces, counts, words = sentence_pieces([["▁the", "▁dog", "s"]])
+    constraint = TreeConstraint(CLASSES, tf.constant(words), tf.constant([20]), tf.gather(WORD_STARTS, pieces),
+                                tf.constant(counts), word_rows=tf.constant([[0, 1]]), row_masks=tf.constant(row_masks))
+    return constraint, tf.constant(pieces)
+
+
+def test_a_tag_dictionary_allows_each_word_only_its_tags():
+    constraint, _ = dictionary_constraint()
+
+    def allowed(s, step):
+        mask = constraint.allowed(s, step) & constraint.dictionary_allowed(s)
+        return [i for i, ok in enumerate(mask.numpy()[0]) if ok]
+
+    s = constraint.update(constraint.initial_state(), tf.constant([3]))  # (S
+    assert allowed(s, 1) == [3, 4, 5, 7]  # brackets, and the tag of "the"
+    for choice in [7, COPY]:  # NN the
+        s = constraint.update(s, tf.constant([choice]))
+    assert allowed(s, 3) == [3, 4, 5, 8, 9]  # brackets, and the tags of "dog" (the root cannot close yet)
+    for choice in [9, COPY, COPY]:  # . dog s
+        s = constraint.update(s, tf.constant([choice]))
+    assert allowed(s, 6) == [6]  # every word has its tag: the row of the last word no longer matters
+
+
+def test_the_tags_a_dictionary_keeps_share_the_probability_of_all_the_tags():
+    """After "(S", "the" may be NN only: NN gets the probability of NN, VBD and . together, and the
+    brackets keep theirs (masking alone would give the brackets a share of VBD's and .'s)."""
+    constraint, pieces = dictionary_constraint()
+    logits = tf.constant([[0.0, 0.0, 0.0, 1.0, 0.5, -1.0, 2.0, -0.5, 1.5, 0.7]])  # of the output indices
+
+    def fixed(ids, step, cache):
+        return tf.tile(logits, [tf.shape(ids)[0], 1]), cache
+
+    step, cache = constrained_step_fn(fixed, tf.zeros([1]), constraint, OUTPUT_IDS, pieces)
+    _, cache = step(tf.constant([1]), 0, cache)  # BOS
+    constrained, _ = step(tf.constant([3]), 1, cache)  # (S
+    got = tf.nn.softmax(constrained).numpy()[0]
+    # without the dictionary: the brackets (3, 4, 5) and the three tags (7, 8, 9), COPY forbidden
+    plain = tf.nn.softmax(tf.where([[i in (3, 4, 5, 7, 8, 9) for i in range(COPY + 1)]],
+                                   tf.concat([logits, [[0.0]]], axis=1), NEG_LOGIT)).numpy()[0]
+    np.testing.assert_allclose(got[[3, 4, 5]], plain[[3, 4, 5]], rtol=1e-5)
+    np.testing.assert_allclose(got[7], plain[[7, 8, 9]].sum(), rtol=1e-5)
+    assert got[[0, 1, 2, 6, 8, 9, 10]].sum() < 1e-6
+
+
 def test_sequences_to_trees_gives_each_tag_its_word():
     """It reads skeletons: the tree tokens without the copied words."""
     sequences = tf.constant(["(S (NP DT NN ) (VP VBD ) . )", "NN", "", "(NP -LRB- NN -RRB- )"])
@@ -186,3 +236,29 @@ def test_words_past_the_source_cut_are_tagged_though_not_copied(untrained_parser
     from keras_transformer.parsing import parse_tree
     tree = untrained_parser.parse(tf.constant([" ".join(["dog"] * 30)]))["trees"].numpy()[0].decode()
     assert parse_tree(tree).words() == ["dog"] * 30
+
+
+def test_a_parser_with_a_tag_dictionary_tags_every_word_as_it_allows(untrained_parser):
+    """Untrained, the parser's tags are the random model's; with a dictionary they obey it: listed
+    words get their tags, the other words the other words' tags."""
+    from keras_transformer.parsing import parse_tree
+    from keras_transformer.parsing.parser import Parser
+    from keras_transformer.parsing.tag_dictionary import TagDictionary
+
+    dictionary = TagDictionary(words={"the": ("DT",), "saw": ("NN", "VBD"), ".": (".",), "-LRB-": ("JJ",)},
+                               other={"alphanumeric": ("NNP", "PRP"), "symbols": ("RB",)})
+    parser = Parser(untrained_parser.model, untrained_parser.sentencepiece_proto, untrained_parser.decode_config,
+                    tag_dictionary=dictionary)
+    assert parser.settings()["tag_dictionary"] == {
+        "min_count": 5, "words": 4, "tags_of_other_words": {"alphanumeric": ["NNP", "PRP"], "symbols": ["RB"]}}
+    sentences = ["the dog saw the cat .", "Anna ( laughed ) today", "hello , ½ ?", "saw saw saw saw"]
+    trees = [parse_tree(tree.decode()) for tree in parser.parse(tf.constant(sentences))["trees"].numpy()]
+    tags = [tag for tree in trees for tag in tree.tags()]
+    for sentence, tree in zip(sentences, trees):
+        words = sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
+        assert tree.words() == words
+        for word, tag in zip(words, tree.tags()):
+            assert tag in dictionary.allowed(word), (word, tag, str(tree))
+    unconstrained = [tag for tree in untrained_parser.parse(tf.constant(sentences))["trees"].numpy()
+                     for tag in parse_tree(tree.decode()).tags()]
+    assert unconstrained != tags  # the random model alone tags otherwise: the dictionary did it

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from keras_transformer.parsing import parse_tree
+from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from pipelines import toy_treebank as toy_treebank_command
 from pipelines import train_parser
@@ -77,6 +78,15 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
                 expected = sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
                 assert parse_tree(line).words() == expected
     assert outputs["run"].read_text() == outputs["saved_model"].read_text()
+    # The tag dictionary the job wrote from the train trees: both parsed with it.
+    dictionary = read_tag_dictionary(workdir)
+    assert dictionary.words["the"] == ("DT",) and dictionary.words["."] == (".",)
+    settings = json.loads((export_dir / "1" / "assets" / "translator.json").read_text())
+    assert settings["tag_dictionary"]["words"] == len(dictionary.words)
+    for sentence, line in zip(SENTENCES, outputs["saved_model"].read_text().splitlines()):
+        for word, tag in zip(sentence.replace("(", "-LRB-").replace(")", "-RRB-").split(), parse_tree(line).tags()
+                             if sentence else []):
+            assert tag in dictionary.allowed(word), (word, tag, line)
 
 
 @pytest.mark.parametrize("text, line, what", [
