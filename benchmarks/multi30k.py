@@ -1,7 +1,8 @@
 """Multi30k en->de on this machine: train for a fixed time, pick a checkpoint on val, report sacreBLEU.
 
-    python benchmarks/multi30k.py [--minutes 60] [--preset small] [--workdir runs/multi30k-small]
-        [--candidates 5] [--max-sentences N] [--threads 2] [--set FIELD=VALUE ...]
+    python benchmarks/multi30k.py [--minutes 60] [--preset small_data] [--workdir runs/multi30k-small_data]
+        [--candidates 5] [--beams 4 5] [--alphas 0.6 1.0] [--max-sentences N] [--threads 2]
+        [--set FIELD=VALUE ...]
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
 pipeline (`keras_transformer.training.run.train_and_evaluate`, which stops after --minutes, or
@@ -9,17 +10,22 @@ earlier with `--set run.early_stopping_patience=N`), then translates val with be
 paper's beam 4, alpha 0.6) using each candidate: the average of the last train.checkpoints_to_average
 checkpoints, the average of the best ones by validation loss (workdir/checkpoints/best), and each
 of the last and of the best --candidates checkpoints. The one with the best val BLEU is chosen,
-on val only, and scored on test_2016_flickr and test_2017_flickr. Prints one JSON line per test
+on val only; then, with it, the beam size and length penalty (--beams x --alphas) with the best val
+BLEU; and that is scored on test_2016_flickr and test_2017_flickr. Prints one JSON line per test
 set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "checkpoint", "val_bleu",
-"candidates" (val BLEU of each), "steps", ...}, and writes <workdir>/validation.png: validation
+"candidates" (val BLEU of each), "decodings" (val BLEU of each beam and alpha), "beam", "alpha",
+"steps", ...}, and writes <workdir>/validation.png: validation
 BLEU (on the first run.eval_sentences val sentences) and validation loss at each evaluation against
 training minutes (recorded with each evaluation in checkpoints/selection.json), the best
 checkpoints by loss and the chosen candidate marked.
 Running the same command again resumes the run in --workdir (the time budget counts again).
-The README's figure trains in mixed bfloat16 (`--set run.mixed_precision=mixed_bfloat16`), which is
-faster only on CPUs with bfloat16 arithmetic (AVX512_BF16, AMX) and on GPUs/TPUs.
+The README's `small` figure of 2026-11-23 trained in mixed bfloat16 (`--set
+run.mixed_precision=mixed_bfloat16`), which is faster only on CPUs with bfloat16 arithmetic
+(AVX512_BF16, AMX) and on GPUs/TPUs; its `small_data` figures trained in float32.
 """
 import argparse
+import dataclasses
+import itertools
 import os
 import pathlib
 import sys
@@ -33,13 +39,18 @@ from benchmarks.common import emit, log, setup_tensorflow  # noqa: E402
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
-    parser.add_argument("--preset", default="small", help="model and recipe preset")
+    parser.add_argument("--preset", default="small_data", help="model and recipe preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/multi30k-<preset>)")
     parser.add_argument("--candidates", type=int, default=5,
                         help="last checkpoints and best checkpoints (by validation loss) compared with the averages")
     parser.add_argument("--max-sentences", type=int,
                         help="score only the first N sentences of val and test (a quick check of the script; "
                              "reported figures use all)")
+    parser.add_argument("--beams", type=int, nargs="+", default=[4, 5],
+                        help="beam sizes tried on val with the chosen checkpoint (the checkpoint is chosen at "
+                             "the run's decode config: the paper's beam 4, alpha 0.6)")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0],
+                        help="length penalties tried on val with each of --beams")
     parser.add_argument("--threads", type=int, default=2, help="intra- and inter-op threads")
     parser.add_argument("--onednn", type=int, choices=(0, 1), default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -161,6 +172,21 @@ def main():
         if best is None or scores.bleu > best[3].bleu:
             best = (name, steps, translator, scores)
     name, steps, translator, validation_scores = best
+    # Then beam and length penalty, on val too, with the chosen checkpoint.
+    val_bleu = validation_scores.bleu
+    decodings = {f"beam {configs.decode.beam_size}, alpha {configs.decode.alpha:g}": round(val_bleu, 2)}
+    for beam, alpha in itertools.product(args.beams, args.alphas):
+        key = f"beam {beam}, alpha {alpha:g}"
+        if key in decodings:
+            continue
+        other = BeamSearchTranslator(translator.model, tokenizer,
+                                     dataclasses.replace(configs.decode, beam_size=beam, alpha=alpha))
+        bleu = score(other.translate([s for s, _ in validation], progress=True), [r for _, r in validation]).bleu
+        log(f"val BLEU of {name} at {key}: {bleu:.2f}")
+        decodings[key] = round(bleu, 2)
+        if bleu > val_bleu:
+            translator, val_bleu = other, bleu
+    decode = translator.decode_config
     png = workdir / "validation.png"
     plot_validation(png, ValidationRecord.read(workdir), (name, steps),
                     f"Multi30k val, {args.preset}, {args.minutes:g}-minute budget, {result.step} steps"
@@ -171,7 +197,7 @@ def main():
         pairs = pairs[:args.max_sentences]
         hypotheses, references = translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs]
         scores = score(hypotheses, references)
-        log(scores.report(f"{test_set} ({name})"))
+        log(scores.report(f"{test_set} ({name}, beam {decode.beam_size}, alpha {decode.alpha:g})"))
         # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them.
         lowercased = sacrebleu.metrics.BLEU(lowercase=True)
         bleu_lc = lowercased.corpus_score(hypotheses, [references]).score
@@ -181,10 +207,10 @@ def main():
              signature=scores.bleu_signature, bleu_lc=round(bleu_lc, 2),
              bleu_lc_signature=bleu_lc_signature, chrf=round(scores.chrf, 2),
              chrf_signature=scores.chrf_signature, checkpoint=name,
-             val_bleu=round(validation_scores.bleu, 2), candidates=tried, steps=result.step,
+             val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings, steps=result.step,
              stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
-             wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=configs.decode.beam_size,
-             sentences=len(pairs))
+             wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=decode.beam_size,
+             alpha=decode.alpha, sentences=len(pairs))
 
 
 if __name__ == "__main__":

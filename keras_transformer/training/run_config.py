@@ -104,10 +104,12 @@ RUN_PRESETS = {
     "big": RunConfig(keep_checkpoints=25),
     "small": RunConfig(checkpoint_every_steps=250, keep_checkpoints=10, eval_every_steps=1000,
                        log_every_steps=50, eval_sentences=300),
+    "small_data": RunConfig(checkpoint_every_steps=250, keep_checkpoints=10, eval_every_steps=1000,
+                            log_every_steps=50, eval_sentences=300),
     # fairseq saves a checkpoint per epoch (about 46 of Wu et al.'s updates on Multi30k): the last
     # 10 checkpoints, 50 steps apart, span about as many updates.
-    "small_data": RunConfig(checkpoint_every_steps=50, keep_checkpoints=10, eval_every_steps=500,
-                            log_every_steps=50, eval_sentences=300),
+    "small_data_wu2021": RunConfig(checkpoint_every_steps=50, keep_checkpoints=10, eval_every_steps=500,
+                                   log_every_steps=50, eval_sentences=300),
     # The offline quick run: a few minutes on 2 CPU cores.
     "tiny": RunConfig(checkpoint_every_steps=100, keep_checkpoints=5, eval_every_steps=200,
                       log_every_steps=20, eval_sentences=200, sample_translations=3),
