@@ -86,7 +86,8 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
     for sentence, line in zip(SENTENCES, outputs["saved_model"].read_text().splitlines()):
         for word, tag in zip(sentence.replace("(", "-LRB-").replace(")", "-RRB-").split(), parse_tree(line).tags()
                              if sentence else []):
-            assert tag in dictionary.allowed(word), (word, tag, line)
+            allowed = dictionary.allowed(word)  # () for an unlisted word when no rare word had a tag
+            assert tag in allowed or not (allowed or word in dictionary.words), (word, tag, line)
 
 
 @pytest.mark.parametrize("text, line, what", [
