@@ -160,8 +160,9 @@ def main():
                             [r for _, r in pairs])
 
     best, tried = None, []
+    parser_class = PARSING.translator(workdir)  # the run's tag dictionary, read once
     for name, model, stamp in candidates(configs, workdir, result.averaged_weights, args.candidates):
-        parser = BeamSearchTranslator(model, tokenizer, configs.decode, translator_class=PARSING.translator(workdir))
+        parser = BeamSearchTranslator(model, tokenizer, configs.decode, translator_class=parser_class)
         scores = scored(parser, choice)
         log(scores.report(f"dev, first {len(choice)} sentences ({name})"))
         tried.append((name, (stamp.stat().st_mtime - start) / 60.0 if start else 0.0, scores.f1))
@@ -187,7 +188,7 @@ def main():
          checkpoint=name, test_recall=round(test_scores.recall, 2), test_precision=round(test_scores.precision, 2),
          dev_repaired=dev_scores.repaired, test_repaired=test_scores.repaired,
          dev_error_sentences=dev_scores.error_sentences, test_error_sentences=test_scores.error_sentences,
-         tag_dictionary=read_tag_dictionary(workdir) is not None, steps=result.step, budget_minutes=args.minutes,
+         tag_dictionary=parser_class.keywords["tag_dictionary"] is not None, steps=result.step, budget_minutes=args.minutes,
          wall_minutes=round((time.monotonic() - started) / 60.0, 1), beam=configs.decode.beam_size,
          alpha=configs.decode.alpha, threads=args.threads, dev_sentences=len(dev), test_sentences=len(test),
          choice_sentences=len(choice), candidates={n: round(f1, 2) for n, _, f1 in tried},
