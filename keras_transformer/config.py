@@ -196,6 +196,13 @@ class TrainConfig(JsonConfig):
     peak_learning_rate (not in the paper; None: the paper's d_model^-0.5 * warmup_steps^-0.5):
     the schedule keeps the paper's shape, scaled so that its peak, at warmup_steps, is this value
     (fairseq's inverse_sqrt schedule with --lr).
+
+    cooldown_fraction (not in the paper; 0: the paper's schedule): over the last fraction of the
+    run the learning rate falls linearly to 0, as in warm-up, stable, decay schedules. The run is
+    train_steps long, or shorter when RunConfig.max_train_minutes stops it first: the cooldown then
+    starts with that fraction of the minutes left and ends where the steps are expected to end.
+    A model trained with a fixed budget gets its best weights at the end of it, not a model still
+    learning at a high rate.
     """
 
     train_steps: int = 100_000
@@ -207,8 +214,11 @@ class TrainConfig(JsonConfig):
     checkpoints_to_average: int = 5
     average: str = "last"
     peak_learning_rate: Optional[float] = None
+    cooldown_fraction: float = 0.0
 
     def __post_init__(self):
+        _require(isinstance(self.cooldown_fraction, (int, float)) and 0 <= self.cooldown_fraction < 1,
+                 f"TrainConfig.cooldown_fraction must be a number in [0, 1); got {self.cooldown_fraction!r}")
         _require(self.peak_learning_rate is None or (isinstance(self.peak_learning_rate, (int, float))
                                                      and 0 < self.peak_learning_rate < 1),
                  f"TrainConfig.peak_learning_rate must be None (the paper's) or a number in (0, 1); "

@@ -2,13 +2,13 @@
 before exiting, never after the loss or the weights turned NaN.
 
     workdir/checkpoints/ckpt-<step>.{index,data-*}   tf.train.Checkpoint(model, optimizer,
-                                                      data_position, dropout_rng)
+                                                      data_position, dropout_rng[, cooldown])
     workdir/checkpoints/checkpoint                    the CheckpointManager's list, latest last
 
 tf.train.CheckpointManager writes a checkpoint's files before it lists it, so a run killed at any
 moment (SIGKILL included) leaves its latest listed checkpoint whole. The optimizer's iteration
-count is the step: restoring it restores the learning rate (a function of the step); the
-DataPosition restores the data, and the dropout layers' seed states the dropout masks.
+count is the step: restoring it (and the schedule's cooldown, when it has one) restores the
+learning rate (a function of the step); the DataPosition restores the data, and the dropout layers' seed states the dropout masks.
 """
 import logging
 import math
@@ -21,6 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.schedule import schedule_cooldown
 from keras_transformer.training.distribution import any_worker, loss_scale
 from keras_transformer.training.training_model import rng_state_variables
 
@@ -60,6 +61,8 @@ class RunCheckpoint:
         objects = dict(model=model, optimizer=model.optimizer, dropout_rng=rng_state_variables(model))
         if data_position is not None:
             objects["data_position"] = data_position
+        if schedule_cooldown(model.optimizer) is not None:
+            objects["cooldown"] = schedule_cooldown(model.optimizer)
         self.checkpoint = tf.train.Checkpoint(**objects)
         self.directory = pathlib.Path(directory)
         self.scratch_directory = None if scratch_directory is None else pathlib.Path(scratch_directory)

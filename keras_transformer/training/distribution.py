@@ -267,6 +267,17 @@ def any_worker(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> list[
     return [bool(total > 0) for total in totals.numpy()]
 
 
+def mean_over_workers(strategy: tf.distribute.Strategy, values: Sequence[float]) -> list[float]:
+    """Each value's mean over the replicas of every worker (each worker weighted by its replicas):
+    the same numbers on every worker. A collective, like any_worker."""
+    if not is_multi_worker(strategy):
+        return [float(value) for value in values]
+    if not hasattr(strategy, "_keras_transformer_mean"):
+        strategy._keras_transformer_mean = tf.function(lambda values: strategy.reduce(
+            tf.distribute.ReduceOp.MEAN, strategy.run(lambda: tf.identity(values)), axis=None))
+    return [float(mean) for mean in strategy._keras_transformer_mean(tf.constant(values, tf.float32)).numpy()]
+
+
 def wait_for_all_workers(strategy: tf.distribute.Strategy, name: str, timeout_seconds: float):
     """Blocks until every worker reached the barrier `name` (the cluster's coordination service);
     fails after timeout_seconds, or as soon as a worker is lost. No-op on one worker."""

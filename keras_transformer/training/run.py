@@ -26,7 +26,7 @@ from keras_transformer.data import load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
 from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
-from keras_transformer.schedule import paper_optimizer
+from keras_transformer.schedule import paper_optimizer, schedule_cooldown
 from keras_transformer.training.averaging import average_run
 from keras_transformer.training.best_checkpoints import ValidationRecord, ValidationSelection
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
@@ -34,7 +34,7 @@ from keras_transformer.training.checkpointing import (CheckpointCallback, RunChe
 from keras_transformer.training.data_stream import DataPosition, training_stream
 from keras_transformer.training.distribution import (PEER_FAILURES, WorkerLost, any_worker, check_workers_agree,
                                                      is_chief, num_workers, select_strategy, set_mixed_precision,
-                                                     wait_for_all_workers, worker_index,
+                                                     mean_over_workers, wait_for_all_workers, worker_index,
                                                      xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
@@ -85,23 +85,56 @@ def fit_segments(start_step: int, train_steps: int, eval_every: int) -> list[tup
 
 
 class TrainingTimeLimit(keras.callbacks.Callback):
-    """Stops training once `minutes` have passed since it was made, after saving a checkpoint."""
+    """Stops training once `minutes` have passed since it was made, after saving a checkpoint.
 
-    def __init__(self, run_checkpoint: RunCheckpoint, minutes: Optional[float]):
+    With the schedule's Cooldown (TrainConfig.cooldown_fraction): when `cooldown_fraction` of the
+    minutes are left, it moves the cooldown to start at this step and end where the steps of the
+    time left are expected to end (at this process's rate since its first step; the cooldown of
+    train_steps if that comes first), and it stops training once the cooldown's end is reached.
+    """
+
+    def __init__(self, run_checkpoint: RunCheckpoint, minutes: Optional[float], cooldown_fraction: float = 0.0):
         super().__init__()
         self.run_checkpoint = run_checkpoint
         self.deadline = None if minutes is None else time.monotonic() + 60.0 * minutes
+        self.cooldown = schedule_cooldown(run_checkpoint.model.optimizer)
+        self.cooldown_due = (None if self.deadline is None or self.cooldown is None
+                             else self.deadline - 60.0 * minutes * cooldown_fraction)
+        self._first = None  # (time, step) at this process's first step: the rate leaves out start-up
         self.reached = False
 
+    def _stop(self, why):
+        logger.info("%s at step %d; saved %s", why, self.run_checkpoint.step, self.run_checkpoint.save())
+        self.reached = True
+        self.model.stop_training = True
+
     def on_train_batch_end(self, batch, logs=None):
-        if self.deadline is None or self.model.stop_training:
+        if self.model.stop_training:
             return
-        (reached,) = any_worker(self.model.distribute_strategy, [time.monotonic() >= self.deadline])
+        now, step = time.monotonic(), self.run_checkpoint.step
+        if self._first is None:
+            self._first = (now, step)
+        if cooldown_ended(self.cooldown, step):  # the same step on every worker: no collective needed
+            self._stop("the learning rate's cooldown ended")
+            return
+        if self.deadline is None:
+            return
+        cooling = self.cooldown is not None and step >= float(self.cooldown.start)
+        due = self.cooldown_due is not None and not cooling and now >= self.cooldown_due
+        reached, due = any_worker(self.model.distribute_strategy, [now >= self.deadline, due])
+        if due and not reached:
+            rate = (step - self._first[1]) / max(now - self._first[0], 1e-6)
+            (steps_left,) = mean_over_workers(self.model.distribute_strategy, [rate * (self.deadline - now)])
+            end = min(float(self.cooldown.end), step + max(1, round(steps_left)))
+            self.cooldown.set(step, end)
+            logger.info("the time budget's cooldown: the learning rate falls to 0 from step %d to step %d", step, end)
         if reached:  # on every worker at once: one that stopped alone would leave the others waiting
-            logger.info("the training time limit is reached at step %d; saved %s", self.run_checkpoint.step,
-                        self.run_checkpoint.save())
-            self.reached = True
-            self.model.stop_training = True
+            self._stop("the training time limit is reached")
+
+
+def cooldown_ended(cooldown, step) -> bool:
+    """Whether a schedule's Cooldown (or None) has reached its end: no learning rate is left."""
+    return cooldown is not None and step >= float(cooldown.end)
 
 
 def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
@@ -144,7 +177,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                               num_samples=run.sample_translations, write=chief, metric=task.validation_metric)
     selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
                                     run.early_stopping_patience, write=chief)
-    time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes)
+    time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes, configs.train.cooldown_fraction)
     try:
         with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
             if selection.record.evaluation_missing(run_checkpoint.step, run.eval_every_steps,
@@ -154,7 +187,8 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                 selection.after_evaluation(run_checkpoint.step, monitor.evaluate())
             # One fit call at a time: a mixed_float16 step whose gradients overflow is skipped (the
             # optimizer's step stays), so the remaining fit calls are planned again after each one.
-            while run_checkpoint.step < configs.train.train_steps and not selection.stopped:
+            while (run_checkpoint.step < configs.train.train_steps and not selection.stopped
+                   and not cooldown_ended(time_limit.cooldown, run_checkpoint.step)):
                 initial_epoch, epochs, steps = fit_segments(run_checkpoint.step, configs.train.train_steps,
                                                             run.eval_every_steps)[0]
                 start_epoch, start_segment, start_batch = position.value()

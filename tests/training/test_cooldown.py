@@ -1,0 +1,117 @@
+"""TrainConfig.cooldown_fraction: the learning rate falls linearly to 0 over the last fraction of the
+run, of train_steps or of a time budget (TrainingTimeLimit moves the cooldown), and a checkpoint
+keeps where it is."""
+import keras
+import pytest
+
+from keras_transformer.config import TrainConfig, TransformerConfig
+from keras_transformer.schedule import TransformerSchedule, paper_optimizer, schedule_cooldown
+from keras_transformer.training import run as run_module
+from keras_transformer.training.checkpointing import RunCheckpoint
+from keras_transformer.training.data_stream import DataPosition
+from keras_transformer.training.training_model import TrainingTransformer
+
+PLAIN = TrainConfig(train_steps=100, warmup_steps=10)
+COOLED = TrainConfig(train_steps=100, warmup_steps=10, cooldown_fraction=0.2)
+
+
+def _rate(config, iteration):
+    return float(paper_optimizer(64, config)._learning_rate(iteration))
+
+
+@pytest.mark.parametrize("iteration,factor", [(0, 1.0), (50, 1.0), (79, 1.0), (80, 1.0), (85, 0.75), (90, 0.5),
+                                              (99, 0.05), (100, 0.0), (150, 0.0)])
+def test_the_rate_falls_linearly_to_zero_over_the_last_fraction_of_train_steps(iteration, factor):
+    assert _rate(COOLED, iteration) == pytest.approx(factor * _rate(PLAIN, iteration), rel=1e-6, abs=1e-12)
+
+
+def test_no_cooldown_by_default_and_a_fraction_must_be_below_one():
+    assert schedule_cooldown(paper_optimizer(64, PLAIN)) is None
+    for fraction in (1.0, -0.1, "0.2"):
+        with pytest.raises(ValueError, match="cooldown_fraction must be a number in \\[0, 1\\)"):
+            TrainConfig(cooldown_fraction=fraction)
+
+
+def test_a_schedule_with_a_cooldown_serializes_where_it_is():
+    schedule = paper_optimizer(64, COOLED)._learning_rate
+    schedule.cooldown.set(60, 70)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert isinstance(clone, TransformerSchedule)
+    for iteration in (59, 65, 70):
+        assert float(clone(iteration)) == pytest.approx(float(schedule(iteration)), abs=1e-12)
+    assert float(schedule(65)) == pytest.approx(0.5 * _rate(PLAIN, 65), rel=1e-6)
+
+
+class Clock:
+    def __init__(self, now):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def _model(config):
+    model = TrainingTransformer(TransformerConfig.from_preset("tiny", vocab_size=30))
+    model.compile(optimizer=paper_optimizer(64, config))
+    model.prepare_for_training()
+    return model
+
+
+def test_a_time_budget_starts_the_cooldown_with_its_fraction_left_and_stops_at_its_end(tmp_path, monkeypatch):
+    """10 minutes and a fraction of 0.25: at 450 s the cooldown starts at this step and ends where
+    this process's rate since its first step (500 steps in 440 s) says the 150 s left will end; the
+    run stops there, saved, and the checkpoint restores the cooldown."""
+    clock = Clock(1000.0)
+    monkeypatch.setattr(run_module.time, "monotonic", clock)
+    config = TrainConfig(train_steps=10_000, warmup_steps=10, cooldown_fraction=0.25)
+    model = _model(config)
+    run_checkpoint = RunCheckpoint(tmp_path / "checkpoints", model, DataPosition())
+    limit = run_module.TrainingTimeLimit(run_checkpoint, 10.0, config.cooldown_fraction)
+    limit.set_model(model)
+    cooldown = schedule_cooldown(model.optimizer)
+    assert (float(cooldown.start), float(cooldown.end)) == (7500.0, 10_000.0)  # train_steps' own
+
+    def batch_end(step, seconds):
+        clock.now = 1000.0 + seconds
+        model.optimizer.iterations.assign(step)
+        limit.on_train_batch_end(step - 1)
+
+    batch_end(100, 10.0)  # the first step: start-up and tracing are left out of the rate
+    batch_end(500, 449.0)
+    assert float(cooldown.start) == 7500.0 and not model.stop_training
+    batch_end(600, 450.0)
+    steps_left = round(500 / 440 * 150)  # 170
+    assert (float(cooldown.start), float(cooldown.end)) == (600.0, 600.0 + steps_left)
+    assert _rate(config, 685) > 0
+    assert float(model.optimizer._learning_rate(685)) == pytest.approx(0.5 * _rate(config, 685), rel=1e-5)
+    batch_end(700, 500.0)  # moved once only
+    assert float(cooldown.end) == 770.0 and not model.stop_training
+    batch_end(770, 560.0)
+    assert model.stop_training and limit.reached
+    assert run_checkpoint.manager.latest_checkpoint.endswith("ckpt-770")
+
+    restored = _model(config)
+    RunCheckpoint(tmp_path / "checkpoints", restored, DataPosition()).restore_latest()
+    assert (float(schedule_cooldown(restored.optimizer).start), float(schedule_cooldown(restored.optimizer).end)) \
+        == (600.0, 770.0)
+    assert run_module.cooldown_ended(schedule_cooldown(restored.optimizer), 770)
+
+
+def test_the_deadline_still_stops_a_run_whose_cooldown_would_end_later(tmp_path, monkeypatch):
+    """Steps slower than the rate so far: the deadline comes first, and stops the run as without a cooldown."""
+    clock = Clock(0.0)
+    monkeypatch.setattr(run_module.time, "monotonic", clock)
+    config = TrainConfig(train_steps=10_000, warmup_steps=10, cooldown_fraction=0.5)
+    model = _model(config)
+    limit = run_module.TrainingTimeLimit(RunCheckpoint(tmp_path / "checkpoints", model, DataPosition()), 1.0,
+                                         config.cooldown_fraction)
+    limit.set_model(model)
+    for step, seconds in [(1, 0.0), (31, 30.0), (40, 59.9)]:
+        clock.now = seconds
+        model.optimizer.iterations.assign(step)
+        limit.on_train_batch_end(step - 1)
+    assert float(schedule_cooldown(model.optimizer).end) == 61.0 and not model.stop_training
+    clock.now = 60.0
+    model.optimizer.iterations.assign(45)
+    limit.on_train_batch_end(44)
+    assert model.stop_training and limit.reached
