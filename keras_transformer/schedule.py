@@ -35,7 +35,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return rate if self.cooldown is None else rate * self.cooldown.factor(iteration)
 
     def get_config(self):
-        cooldown = None if self.cooldown is None else [float(self.cooldown.start), float(self.cooldown.end)]
+        cooldown = (None if self.cooldown is None
+                    else [float(self.cooldown.start.numpy()), float(self.cooldown.end.numpy())])
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale,
                 "cooldown": cooldown}
 
@@ -61,7 +62,9 @@ class Cooldown(tf.Module):
 
 
 def schedule_cooldown(optimizer):
-    """The Cooldown of an optimizer on a TransformerSchedule, or None."""
+    """The Cooldown of an optimizer on a TransformerSchedule (or of the one a LossScaleOptimizer
+    wraps, whose own rate is 0), or None."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
     return getattr(getattr(optimizer, "_learning_rate", None), "cooldown", None)
 
 

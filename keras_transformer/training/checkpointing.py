@@ -8,7 +8,8 @@ before exiting, never after the loss or the weights turned NaN.
 tf.train.CheckpointManager writes a checkpoint's files before it lists it, so a run killed at any
 moment (SIGKILL included) leaves its latest listed checkpoint whole. The optimizer's iteration
 count is the step: restoring it (and the schedule's cooldown, when it has one) restores the
-learning rate (a function of the step); the DataPosition restores the data, and the dropout layers' seed states the dropout masks.
+learning rate (a function of the step); the DataPosition restores the data, and the dropout
+layers' seed states the dropout masks.
 """
 import logging
 import math

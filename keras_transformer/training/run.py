@@ -119,13 +119,13 @@ class TrainingTimeLimit(keras.callbacks.Callback):
             return
         if self.deadline is None:
             return
-        cooling = self.cooldown is not None and step >= float(self.cooldown.start)
+        cooling = self.cooldown is not None and step >= float(self.cooldown.start.numpy())
         due = self.cooldown_due is not None and not cooling and now >= self.cooldown_due
         reached, due = any_worker(self.model.distribute_strategy, [now >= self.deadline, due])
         if due and not reached:
             rate = (step - self._first[1]) / max(now - self._first[0], 1e-6)
             (steps_left,) = mean_over_workers(self.model.distribute_strategy, [rate * (self.deadline - now)])
-            end = min(float(self.cooldown.end), step + max(1, round(steps_left)))
+            end = min(float(self.cooldown.end.numpy()), step + max(1, round(steps_left)))
             self.cooldown.set(step, end)
             logger.info("the time budget's cooldown: the learning rate falls to 0 from step %d to step %d", step, end)
         if reached:  # on every worker at once: one that stopped alone would leave the others waiting
@@ -134,7 +134,7 @@ class TrainingTimeLimit(keras.callbacks.Callback):
 
 def cooldown_ended(cooldown, step) -> bool:
     """Whether a schedule's Cooldown (or None) has reached its end: no learning rate is left."""
-    return cooldown is not None and step >= float(cooldown.end)
+    return cooldown is not None and step >= float(cooldown.end.numpy())
 
 
 def _build_training_model(configs: RunConfigs, strategy, workdir, chief):

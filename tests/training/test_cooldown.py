@@ -27,6 +27,9 @@ def test_the_rate_falls_linearly_to_zero_over_the_last_fraction_of_train_steps(i
 
 def test_no_cooldown_by_default_and_a_fraction_must_be_below_one():
     assert schedule_cooldown(paper_optimizer(64, PLAIN)) is None
+    optimizer = paper_optimizer(64, COOLED)
+    # mixed_float16 wraps the optimizer: the cooldown is the wrapped one's
+    assert schedule_cooldown(keras.optimizers.LossScaleOptimizer(optimizer)) is schedule_cooldown(optimizer) is not None
     for fraction in (1.0, -0.1, "0.2"):
         with pytest.raises(ValueError, match="cooldown_fraction must be a number in \\[0, 1\\)"):
             TrainConfig(cooldown_fraction=fraction)

@@ -37,7 +37,7 @@ CHECKPOINT_EVERY = 8
 DEADLINE_SECONDS = 900
 TEST_FLAGS = ["--train-steps", str(STEPS), "--checkpoint-every-steps", str(CHECKPOINT_EVERY),
               "--eval-every-steps", str(STEPS), "--verbose", "2", "--set", "eval_sentences=5",
-              "--set", "sample_translations=1"]
+              "--set", "sample_translations=1", "--set", "cooldown_fraction=0.25"]  # cooled from step 18
 
 
 def readme_worker_commands():
@@ -157,6 +157,9 @@ def test_two_workers_end_with_the_weights_of_one_process_over_four_devices(two_w
                                                                               CHECKPOINT_EVERY))
     for step in _listed_steps(workdir):
         _assert_same_checkpoint(workdir, one_process, step)
+    cooldown = [float(_checkpoint(workdir, STEPS).get_tensor(f"cooldown/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+                for name in ("start", "end")]
+    assert cooldown == [STEPS * 0.75, STEPS]
     # Both workers report the loss of the whole cluster (the mean over the 4 replicas), the same.
     losses = [re.findall(rf"^{STEPS}/{STEPS} - .* - loss: (\S+)", log, re.MULTILINE) for log in logs]
     assert losses[0] and losses[0] == losses[1]
@@ -200,6 +203,28 @@ def test_the_checkpoints_restore_in_a_single_process(two_workers):
                             timeout=DEADLINE_SECONDS, env=environment)
     assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-3000:]
     assert (directory / "exported" / "2" / "saved_model.pb").is_file()
+
+
+@pytest.mark.slow
+def test_a_time_budgets_cooldown_is_the_same_on_every_worker(tmp_path):
+    """With 99.5% of a 10-minute budget for the cooldown (and train_steps far away), it is due after 3
+    seconds, at the first steps: each worker's clock and step rate differ, but they agree on where it
+    starts and ends (any_worker, mean_over_workers), and stop together, at its end (or at the
+    deadline, if the rate so far was too high a guess). Had they not, one would wait for the other."""
+    logs = _run_workers(tmp_path, ["--no-export", "--train-steps", "100000", "--max-train-minutes", "10",
+                                   "--set", "cooldown_fraction=0.995"])
+    planned = [re.findall(r"the time budget's cooldown: .*", log) for log in logs]
+    assert len(planned[0]) == 1 and planned[0] == planned[1], logs[0][-3000:]
+    stops = [re.findall(r"(?:the learning rate's cooldown ended|the training time limit is reached) at step \d+", log)
+             for log in logs]
+    assert len(stops[0]) == 1 and stops[0] == stops[1], logs[0][-3000:]
+    workdir = tmp_path / "workdir"
+    last = _listed_steps(workdir)[-1]
+    assert stops[0][0].endswith(f"at step {last}")
+    start, end = [float(_checkpoint(workdir, last).get_tensor(f"cooldown/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+                  for name in ("start", "end")]
+    assert f"from step {start:.0f} to step {end:.0f}" in planned[0][0] and start <= last <= end
+    assert stops[0][0].startswith("the learning rate's cooldown ended") == (last == end)
 
 
 def test_each_worker_keeps_its_replicas_share_of_the_stream():
