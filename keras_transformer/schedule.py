@@ -68,6 +68,15 @@ def schedule_cooldown(optimizer):
     return getattr(getattr(optimizer, "_learning_rate", None), "cooldown", None)
 
 
+def cooldown_plan(train_config):
+    """(start, end) of the cooldown over the last cooldown_fraction of train_config.train_steps, or
+    None without one (a time budget may move it: training.run.TrainingTimeLimit)."""
+    if train_config.cooldown_fraction <= 0:
+        return None
+    steps = train_config.train_steps
+    return round(steps * (1.0 - train_config.cooldown_fraction)), steps
+
+
 def paper_optimizer(d_model, train_config=None, **kwargs):
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warm-up schedule (section 5.3), scaled to
     train_config.peak_learning_rate when it is set, and cooled down to 0 over the last
@@ -77,10 +86,8 @@ def paper_optimizer(d_model, train_config=None, **kwargs):
     scale = 1.0
     if train_config.peak_learning_rate is not None:
         scale = train_config.peak_learning_rate / (d_model ** -0.5 * train_config.warmup_steps ** -0.5)
-    cooldown = None
-    if train_config.cooldown_fraction > 0:
-        steps = train_config.train_steps
-        cooldown = Cooldown(round(steps * (1.0 - train_config.cooldown_fraction)), steps)
+    plan = cooldown_plan(train_config)
+    cooldown = None if plan is None else Cooldown(*plan)
     return Adam(
         learning_rate=TransformerSchedule(d_model, train_config.warmup_steps, scale=scale, cooldown=cooldown),
         beta_1=train_config.adam_beta_1, beta_2=train_config.adam_beta_2, epsilon=train_config.adam_epsilon,

@@ -64,6 +64,7 @@ class RunCheckpoint:
             objects["data_position"] = data_position
         if schedule_cooldown(model.optimizer) is not None:
             objects["cooldown"] = schedule_cooldown(model.optimizer)
+        self._objects = objects
         self.checkpoint = tf.train.Checkpoint(**objects)
         self.directory = pathlib.Path(directory)
         self.scratch_directory = None if scratch_directory is None else pathlib.Path(scratch_directory)
@@ -79,10 +80,19 @@ class RunCheckpoint:
         """Restores the latest checkpoint, if any; returns its path or None."""
         path = tf.train.latest_checkpoint(str(self.directory))
         if path is not None:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            self._restorer(path).restore(path).assert_existing_objects_matched()
             self._saved_step = self.step
             logger.info("restored %s (step %d)", path, self.step)
         return path
+
+    def _restorer(self, path):
+        """The checkpoint to restore `path` with: ours, or, when `path` was written without a cooldown
+        (its run had none until now), one of the same objects but the cooldown, which then keeps
+        its config's plan."""
+        if "cooldown" not in self._objects or any(name.startswith("cooldown/")
+                                                  for name, _ in tf.train.list_variables(path)):
+            return self.checkpoint
+        return tf.train.Checkpoint(**{name: value for name, value in self._objects.items() if name != "cooldown"})
 
     def weights_are_finite(self) -> bool:
         return all(bool(tf.reduce_all(tf.math.is_finite(weight))) for weight in self.model.trainable_weights)

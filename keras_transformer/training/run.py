@@ -22,11 +22,12 @@ import keras
 import sentencepiece
 import tensorflow as tf
 
+from keras_transformer.config import TrainConfig
 from keras_transformer.data import load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
 from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
-from keras_transformer.schedule import paper_optimizer, schedule_cooldown
+from keras_transformer.schedule import cooldown_plan, paper_optimizer, schedule_cooldown
 from keras_transformer.training.averaging import average_run
 from keras_transformer.training.best_checkpoints import ValidationRecord, ValidationSelection
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
@@ -137,7 +138,26 @@ def cooldown_ended(cooldown, step) -> bool:
     return cooldown is not None and step >= float(cooldown.end.numpy())
 
 
-def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
+def replan_cooldown(cooldown, saved_train: Optional[TrainConfig], train: TrainConfig) -> None:
+    """A resumed run's Cooldown (or None) stays where its checkpoint left it (a time budget may have
+    moved it), unless train_steps or cooldown_fraction differ from the workdir's train config
+    (`saved_train`, None for a new run): the new plan is then the one of `train`."""
+    if cooldown is None or saved_train is None or cooldown_plan(saved_train) == cooldown_plan(train):
+        return
+    start, end = cooldown_plan(train)
+    if (float(cooldown.start.numpy()), float(cooldown.end.numpy())) != (start, end):
+        logger.info("train_steps or cooldown_fraction changed since the last run: the learning rate's cooldown "
+                    "is now from step %d to step %d", start, end)
+    cooldown.set(start, end)
+
+
+def saved_train_config(workdir) -> Optional[TrainConfig]:
+    """The train config a run in workdir was last started with, or None."""
+    path = pathlib.Path(workdir) / RunConfigs.FILENAMES["train"]
+    return TrainConfig.from_json(path.read_text()) if path.is_file() else None
+
+
+def _build_training_model(configs: RunConfigs, strategy, workdir, chief, saved_train=None):
     with strategy.scope():
         position = DataPosition()
         model = TrainingTransformer(configs.model, accumulate_steps=configs.run.accumulate_steps,
@@ -151,6 +171,7 @@ def _build_training_model(configs: RunConfigs, strategy, workdir, chief):
         keep = max(configs.run.keep_checkpoints, configs.train.checkpoints_to_average)
         run_checkpoint = RunCheckpoint(directory, model, position, max_to_keep=keep, scratch_directory=scratch)
         run_checkpoint.restore_latest()
+        replan_cooldown(schedule_cooldown(model.optimizer), saved_train, configs.train)
     return model, position, run_checkpoint
 
 
@@ -185,6 +206,9 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                 monitor.set_model(model)
                 selection.set_model(model)
                 selection.after_evaluation(run_checkpoint.step, monitor.evaluate())
+            if cooldown_ended(time_limit.cooldown, run_checkpoint.step):
+                logger.info("the learning rate's cooldown ended at step %d, before this start: nothing is left to "
+                            "train (more train_steps plan a new cooldown)", run_checkpoint.step)
             # One fit call at a time: a mixed_float16 step whose gradients overflow is skipped (the
             # optimizer's step stays), so the remaining fit calls are planned again after each one.
             while (run_checkpoint.step < configs.train.train_steps and not selection.stopped
@@ -306,6 +330,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
     data = configs.data
     corpus = task.corpus(data)
+    saved_train = saved_train_config(workdir)  # read by every worker before the chief writes the configs
     try:
         if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
             wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
@@ -328,7 +353,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
     try:
-        model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief)
+        model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief, saved_train)
         record = ValidationRecord.read(workdir)
         evaluations, stopped_early = [], record.patience_exhausted(configs.run.early_stopping_patience)
         try:

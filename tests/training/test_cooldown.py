@@ -118,3 +118,46 @@ def test_the_deadline_still_stops_a_run_whose_cooldown_would_end_later(tmp_path,
     model.optimizer.iterations.assign(45)
     limit.on_train_batch_end(44)
     assert model.stop_training and limit.reached
+
+
+def test_a_run_checkpointed_without_a_cooldown_resumes_with_the_configs_one(tmp_path):
+    """cooldown_fraction set when a run is started again: its checkpoints hold no cooldown, and the
+    schedule keeps the config's plan (the restore used to fail on the cooldown's unmatched variables)."""
+    plain = _model(PLAIN)
+    plain.optimizer.iterations.assign(50)
+    RunCheckpoint(tmp_path / "checkpoints", plain, DataPosition()).save()
+    cooled = _model(COOLED)
+    RunCheckpoint(tmp_path / "checkpoints", cooled, DataPosition()).restore_latest()
+    cooldown = schedule_cooldown(cooled.optimizer)
+    assert int(cooled.optimizer.iterations) == 50
+    assert (float(cooldown.start), float(cooldown.end)) == (80.0, 100.0)
+    for weight, saved in zip(cooled.weights, plain.weights):
+        assert (weight.numpy() == saved.numpy()).all()
+
+
+def test_a_changed_plan_replaces_the_restored_cooldown_and_an_unchanged_one_keeps_it(tmp_path):
+    """A checkpoint whose cooldown a time budget moved (60 to 70) keeps it when the run starts again
+    with the same train config, and gets the new one's when train_steps or cooldown_fraction changed."""
+    longer = TrainConfig(train_steps=200, warmup_steps=10, cooldown_fraction=0.2)
+    model = _model(COOLED)
+    schedule_cooldown(model.optimizer).set(60, 70)
+    model.optimizer.iterations.assign(65)
+    RunCheckpoint(tmp_path / "checkpoints", model, DataPosition()).save()
+    for saved, new, expected in [(COOLED, COOLED, (60.0, 70.0)), (COOLED, longer, (160.0, 200.0)),
+                                 (COOLED, TrainConfig(train_steps=100, warmup_steps=10, cooldown_fraction=0.5),
+                                  (50.0, 100.0)),
+                                 (None, longer, (60.0, 70.0))]:  # None: no train config in the workdir
+        restored = _model(new)
+        RunCheckpoint(tmp_path / "checkpoints", restored, DataPosition()).restore_latest()
+        cooldown = schedule_cooldown(restored.optimizer)
+        run_module.replan_cooldown(cooldown, saved, new)
+        assert (float(cooldown.start), float(cooldown.end)) == expected, (saved, new)
+
+
+def test_the_saved_train_config_is_the_one_the_workdir_was_last_started_with(tmp_path):
+    from keras_transformer.training.run_config import preset_configs
+
+    assert run_module.saved_train_config(tmp_path) is None
+    configs = preset_configs("tiny", "numbers")
+    configs.write(tmp_path)
+    assert run_module.saved_train_config(tmp_path) == configs.train
