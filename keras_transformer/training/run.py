@@ -152,9 +152,16 @@ def replan_cooldown(cooldown, saved_train: Optional[TrainConfig], train: TrainCo
 
 
 def saved_train_config(workdir) -> Optional[TrainConfig]:
-    """The train config a run in workdir was last started with, or None."""
+    """The train config a run in workdir was last started with, or None (none, or one this version
+    cannot read: the restored cooldown then stays as it is)."""
     path = pathlib.Path(workdir) / RunConfigs.FILENAMES["train"]
-    return TrainConfig.from_json(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return TrainConfig.from_json(path.read_text())
+    except (ValueError, TypeError) as error:
+        logger.warning("%s cannot be read (%s): a cooldown in the checkpoints stays as it is", path, error)
+        return None
 
 
 def _build_training_model(configs: RunConfigs, strategy, workdir, chief, saved_train=None):

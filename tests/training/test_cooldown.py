@@ -161,3 +161,5 @@ def test_the_saved_train_config_is_the_one_the_workdir_was_last_started_with(tmp
     configs = preset_configs("tiny", "numbers")
     configs.write(tmp_path)
     assert run_module.saved_train_config(tmp_path) == configs.train
+    (tmp_path / "train_config.json").write_text('{"train_steps": 5, "renamed_field": 1}')
+    assert run_module.saved_train_config(tmp_path) is None  # unreadable: the checkpoint's cooldown stays
