@@ -32,6 +32,14 @@ def setup_tensorflow(args, intra_op_threads=None):
     return tf
 
 
+def log_the_job():
+    """The training job's own log lines on stderr, as pipelines.train_wmt shows them: restored and
+    saved checkpoints, the data position, the time budget and its cooldown."""
+    import logging
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+
+
 def _cpu_ticks():
     with open("/proc/stat") as stat:
         values = list(map(int, stat.readline().split()[1:9]))

@@ -26,7 +26,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import emit, log, setup_tensorflow  # noqa: E402
+from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: E402
 
 CHOSEN_WEIGHTS = "chosen.weights.h5"
 
@@ -112,6 +112,7 @@ def candidates(configs, workdir, averaged_weights, count):
 def main():
     args = parse_args()
     setup_tensorflow(args)
+    log_the_job()
     import time
 
     from keras_transformer.data import SubwordTokenizer

@@ -33,7 +33,7 @@ import sys
 import sacrebleu
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import emit, log, setup_tensorflow  # noqa: E402
+from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: E402
 
 
 def parse_args():
@@ -143,6 +143,7 @@ def plot_validation(path, record, chosen, title):
 def main():
     args = parse_args()
     setup_tensorflow(args)
+    log_the_job()
     import time
 
     from keras_transformer.data import SubwordTokenizer, get_corpus, shared_data_root
