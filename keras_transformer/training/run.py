@@ -239,6 +239,10 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                         f"; run the same command again to resume")
                 if time_limit.reached:
                     break
+            if time_limit.reached and run_checkpoint.step not in selection.record.steps():
+                # Stopped by the time budget or its cooldown's end, between evaluations: the weights it
+                # ends with (with a cooldown, the run's best) are evaluated too, and may join the best.
+                selection.after_evaluation(run_checkpoint.step, monitor.evaluate())
     finally:
         monitor.close()
     return monitor.history, selection.stopped
