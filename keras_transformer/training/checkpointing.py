@@ -98,13 +98,15 @@ class RunCheckpoint:
         return all(bool(tf.reduce_all(tf.math.is_finite(weight))) for weight in self.model.trainable_weights)
 
     def save(self):
-        """Saves a checkpoint numbered by the step (no-op if that step is saved); returns its path.
+        """Saves a checkpoint numbered by the step (no-op if that step is saved); returns its path
+        (for a step saved already, its path in `directory`: the newest one listed there may still be
+        an older step while the chief of a cluster writes this one).
 
         Raises TrainingDiverged rather than save weights that are not finite.
         """
         step = self.step
         if self._saved_step == step:
-            return tf.train.latest_checkpoint(str(self.directory))
+            return str(self.directory / f"{CHECKPOINT_PREFIX}-{step}")
         if not self.weights_are_finite():
             raise TrainingDiverged(f"weights are not finite at step {step}; not saved")
         path = self.manager.save(checkpoint_number=step)

@@ -178,7 +178,7 @@ def test_only_the_chief_writes_the_run(two_workers):
         assert len(list((workdir / "tensorboard" / kind).glob("events.out.tfevents.*"))) == 1
     # Worker 1 saved at every checkpoint step, into its temporary folder, deleted after each save.
     scratch = checkpoint_directory(workdir) / "workertemp_1"
-    assert re.findall(r"saved (\S+)", worker_log) == [f"{scratch}/ckpt-{step}"
+    assert re.findall(r"checkpointing: saved (\S+)", worker_log) == [f"{scratch}/ckpt-{step}"
                                                       for step in range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)]
     # No scratch folder is left; best/ holds the chief's links to the best checkpoint by validation loss.
     assert sorted(path.name for path in checkpoint_directory(workdir).iterdir() if path.is_dir()) == ["best"]
