@@ -1,6 +1,7 @@
 """TrainConfig.cooldown_fraction: the learning rate falls linearly to 0 over the last fraction of the
-run, of train_steps or of a time budget (TrainingTimeLimit moves the cooldown), and a checkpoint
-keeps where it is."""
+run, of train_steps or of a time budget (TrainingTimeLimit moves the cooldown), a checkpoint keeps
+where it is, and a run started again with another plan (or with a cooldown for the first time) gets
+the new one."""
 import keras
 import pytest
 
