@@ -35,9 +35,8 @@ def setup_tensorflow(args, intra_op_threads=None):
 def log_the_job():
     """The training job's own log lines on stderr, as pipelines.train_wmt shows them: restored and
     saved checkpoints, the data position, the time budget and its cooldown."""
-    import logging
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    from pipelines import show_job_log  # after setup_tensorflow: its environment defaults change nothing
+    show_job_log()
 
 
 def _cpu_ticks():

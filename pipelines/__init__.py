@@ -14,3 +14,11 @@ import os
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def show_job_log():
+    """Python's log on stderr as every entry point shows it: warnings from everything, and the
+    library's own INFO lines (restored and saved checkpoints, the data position, the time budget)."""
+    import logging
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keras_transformer").setLevel(logging.INFO)

@@ -12,10 +12,9 @@ keeps in workdir/checkpoints/best (keras_transformer/training/best_checkpoints.p
 """
 import argparse
 import json
-import logging
 import pathlib
 
-from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from pipelines import show_job_log  # first: the package sets TF's environment before TF loads
 from keras_transformer.config import AVERAGED_CHECKPOINTS
 
 
@@ -33,8 +32,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     parser, args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    show_job_log()
     from keras_transformer.training.averaging import average_run
 
     count, select = args.count, args.select

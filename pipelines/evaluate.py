@@ -14,10 +14,9 @@ that precision (`pipelines.export --precision`) of the same weights would.
 import argparse
 import dataclasses
 import json
-import logging
 import pathlib
 
-from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from pipelines import show_job_log  # first: the package sets TF's environment before TF loads
 from keras_transformer.precision import PRECISIONS  # noqa: E402
 
 
@@ -39,7 +38,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     parser, args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    show_job_log()
     from keras_transformer.data import DataConfig, SubwordTokenizer, get_corpus
     from keras_transformer.export import load_model_from_workdir
     from keras_transformer.training.evaluation import BeamSearchTranslator, score

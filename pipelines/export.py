@@ -16,11 +16,11 @@ with trees.
 import argparse
 import dataclasses
 import json
-import logging
 import pathlib
 
 from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, Translator, export_translator, load_model_from_workdir
 from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
+from pipelines import show_job_log
 
 
 def parse_args(argv=None):
@@ -59,8 +59,7 @@ def translator_class(workdir):
 
 def main(argv=None):
     parser, args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    show_job_log()
     export_dir = args.export_dir or pathlib.Path("exported") / args.workdir.resolve().name
     try:
         model, sentencepiece_proto, decode_config = load_model_from_workdir(args.workdir, args.checkpoint,

@@ -11,12 +11,12 @@ constrained to give one, and any answer that is not one is repaired; how many ne
 printed on stderr. An empty line gives an empty line.
 """
 import argparse
-import logging
 import pathlib
 import sys
 
 import tensorflow as tf
 
+from pipelines import show_job_log
 from pipelines.translate import resolve_model, translate_lines
 
 CHOSEN_WEIGHTS = "chosen.weights.h5"
@@ -65,8 +65,7 @@ def checked_trees(lines, answers):
 
 def main(argv=None):
     parser, args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    show_job_log()
     try:
         if args.input is not None and not args.input.is_file():
             raise FileNotFoundError(f"input file not found: {args.input}")

@@ -12,12 +12,11 @@ Run the same command again after an interruption (even SIGKILL) to resume from t
 TensorBoard: `tensorboard --logdir <workdir>/tensorboard`.
 """
 import argparse
-import logging
 import pathlib
 import re
 import sys
 
-from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
+from pipelines import show_job_log  # first: the package sets TF's environment before TF loads
 from keras_transformer.config import AVERAGED_CHECKPOINTS
 from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
 from keras_transformer.training.run_config import (MIXED_PRECISION_MODES, RunConfigs, apply_overrides,
@@ -169,8 +168,7 @@ def run_job(args, configs, workdir, task=None):
         print(f"workdir: {workdir}\nexport: {export}")
         return 0, None
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("keras_transformer").setLevel(logging.INFO)  # restored/saved checkpoints, data position
+    show_job_log()
     from keras_transformer.training.best_checkpoints import NoBestCheckpoints
     from keras_transformer.training.checkpointing import TrainingDiverged, TrainingInterrupted
     from keras_transformer.training.distribution import (ClusterConfigError, WorkerLost, XlaCompilationError,

@@ -21,6 +21,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from keras_transformer import export
+from pipelines import show_job_log
 
 
 def parse_args(argv=None):
@@ -114,8 +115,7 @@ def translate_lines(translate_batch, lines, batch_size, progress=False):
 
 def main(argv=None):
     parser, args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("keras_transformer").setLevel(logging.INFO)
+    show_job_log()
     try:
         kind, path = check_arguments(args)
         lines = args.input.read_bytes().splitlines() if args.input else sys.stdin.buffer.read().splitlines()
