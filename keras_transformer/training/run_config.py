@@ -244,10 +244,21 @@ def apply_overrides(configs: RunConfigs, assignments) -> RunConfigs:
         fields = {f.name: f for name in candidates for f in dataclasses.fields(getattr(configs, name))
                   if f.name == field}
         _require(candidates and field in fields, f"--set {assignment}: no config has a field {field!r}")
+        if field == "vocab_size" and not owner:
+            candidates = ["data"]  # the vocabulary's size, which the model's follows (below)
         _require(len(candidates) == 1, f"--set {assignment}: {field!r} is a field of {', '.join(candidates)}; "
                  f"qualify it, e.g. {candidates[0]}.{field}={text}")
         changes[candidates[0]][field] = _parse_value(text.strip(), fields[field].type, f"--set {assignment}")
         sources[candidates[0]].append(assignment)
+    # model.vocab_size and data.vocab_size both name the size of the vocabulary the run trains (the
+    # model's becomes the trained vocabulary's real size): setting either sets both.
+    model_size, data_size = changes["model"].get("vocab_size"), changes["data"].get("vocab_size")
+    _require(model_size is None or data_size is None or model_size == data_size,
+             f"--set {', '.join(sources['model'] + sources['data'])}: model.vocab_size and data.vocab_size are both "
+             f"the vocabulary's size; give one of them")
+    for name, size in (("model", data_size), ("data", model_size)):
+        if size is not None:
+            changes[name]["vocab_size"] = size
     replaced = {}
     for name, values in changes.items():
         if values:

@@ -51,6 +51,17 @@ def test_bad_overrides_name_the_value(assignment, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize("assignment", ["model.vocab_size=500", "data.vocab_size=500", "vocab_size=500"])
+def test_any_vocab_size_override_sets_the_vocabulary_the_run_trains(assignment):
+    configs = apply_overrides(preset_configs("tiny"), [assignment])
+    assert configs.data.vocab_size == configs.model.vocab_size == 500
+
+
+def test_two_different_vocab_sizes_are_refused():
+    with pytest.raises(ValueError, match="model.vocab_size and data.vocab_size are both the vocabulary's size"):
+        apply_overrides(preset_configs("tiny"), ["model.vocab_size=500", "data.vocab_size=600"])
+
+
 def test_flags_become_overrides():
     args = train_wmt.parse_args(["--preset", "tiny", "--dataset", "numbers", "--reverse", "--train-steps", "30",
                                  "--accumulate-steps", "2", "--set", "d_ff=96"])
