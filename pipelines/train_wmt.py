@@ -35,8 +35,8 @@ def parse_args(argv=None):
                         choices=("tiny", "small", "small_data", "small_data_wu2021", "base", "big"),
                         help="model and recipe: base/big are the paper's (Table 3, sections 5-6); small learns "
                              "Multi30k in an hour on 2 CPU cores, small_data is small with dropout 0.3, steps of "
-                             "2,048 tokens and a cooldown for Multi30k-sized corpora, small_data_wu2021 Wu et al.'s (2021) recipe for them; "
-                             "tiny runs in minutes")
+                             "2,048 tokens and a cooldown for Multi30k-sized corpora, small_data_wu2021 Wu et al.'s "
+                             "(2021) recipe for them; tiny runs in minutes")
     parser.add_argument("--dataset", default="wmt14",
                         help="wmt14 (TFDS wmt14_translate/de-en), numbers (offline), multi30k, newstest, tatoeba "
                              "(from ../shared/data or $KT_SHARED_DATA), or a local spec such as "
