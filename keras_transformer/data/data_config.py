@@ -38,6 +38,8 @@ class DataConfig(JsonConfig):
       seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
         The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
       num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.
+      subword_dropout: BPE-dropout (Provilkov et al., 2020) on training batches: each merge is
+        skipped with this probability, so words are split anew at every epoch. 0 (the paper): off.
     """
 
     dataset: str = "wmt14"
@@ -55,6 +57,7 @@ class DataConfig(JsonConfig):
     segment_pairs: int = 250_000
     seed: int = 0
     num_parallel_calls: int = -1
+    subword_dropout: float = 0.0
 
     def __post_init__(self):
         positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",
@@ -70,6 +73,8 @@ class DataConfig(JsonConfig):
                              f"pair of max_length={self.max_length}")
         if self.bucket_growth < 1.0:
             raise ValueError(f"DataConfig.bucket_growth must be >= 1, got {self.bucket_growth}")
+        if not 0.0 <= self.subword_dropout < 1.0:
+            raise ValueError(f"DataConfig.subword_dropout must be in [0, 1), got {self.subword_dropout}")
         if self.num_parallel_calls == 0 or self.num_parallel_calls < -1:
             raise ValueError(f"DataConfig.num_parallel_calls must be positive or -1 (autotune), "
                              f"got {self.num_parallel_calls}")

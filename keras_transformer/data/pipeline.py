@@ -46,17 +46,20 @@ def bucket_batch_sizes(config: DataConfig) -> list[int]:
     return [config.tokens_per_batch // boundary for boundary in bucket_boundaries(config)]
 
 
-def _tokenize_chunk(tokenizer: SubwordTokenizer, sources, targets):
+def _tokenize_chunk(tokenizer: SubwordTokenizer, sources, targets, subword_dropout: float = 0.0):
     """(N,) strings, (N,) strings -> (N, None) ragged source tokens, (N, None) ragged target tokens."""
+    if subword_dropout:
+        return (tokenizer.tokenize_with_dropout(sources, subword_dropout),
+                tokenizer.tokenize_with_dropout(targets, subword_dropout))
     return tokenizer.tokenize(sources), tokenizer.tokenize(targets)
 
 
-def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targets):
+def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targets, subword_dropout=0.0):
     """A chunk of string pairs -> dense (source, target input, target output) rows and bucket ids.
 
     Rows are padded to the chunk's longest row only; batching pads them to the bucket boundary.
     """
-    source, target = _tokenize_chunk(tokenizer, sources, targets)  # (N, None) each
+    source, target = _tokenize_chunk(tokenizer, sources, targets, subword_dropout)  # (N, None) each
     max_tokens = config.max_length - 1  # room for EOS (source, target output) or BOS (target input)
     if config.truncate_long_pairs:
         source, target = source[:, :max_tokens], target[:, :max_tokens]
@@ -99,8 +102,8 @@ def _bucket_and_batch(rows: tf.data.Dataset, config: DataConfig) -> tf.data.Data
 
 
 def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, *,
-                 training: bool, input_context: Optional[tf.distribute.InputContext] = None
-                 ) -> tf.data.Dataset:
+                 training: bool, input_context: Optional[tf.distribute.InputContext] = None,
+                 subword_dropout: Optional[float] = None) -> tf.data.Dataset:
     """Batches of ((source_ids (B, S), target_input_ids (B, T)), target_output_ids (B, T)).
 
     Args:
@@ -111,6 +114,8 @@ def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: Da
         within each bucket.
       input_context: under tf.distribute, this input pipeline's share: it reads every
         num_input_pipelines-th pair, and its batches (each within the budget) go to its replicas.
+      subword_dropout: BPE-dropout while tokenizing; None: config.subword_dropout when training,
+        else 0 (evaluation always tokenizes as the exported model does).
     One pass over the result is one epoch: every kept pair exactly once.
     """
     if input_context is not None and input_context.num_input_pipelines > 1:
@@ -118,8 +123,10 @@ def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: Da
     if training:
         pairs = pairs.shuffle(config.shuffle_buffer_size, seed=config.seed,
                               reshuffle_each_iteration=True)
+    if subword_dropout is None:
+        subword_dropout = config.subword_dropout if training else 0.0
     rows = (pairs.batch(CHUNK_SIZE)
-            .map(lambda sources, targets: _encode_chunk(tokenizer, config, sources, targets),
+            .map(lambda sources, targets: _encode_chunk(tokenizer, config, sources, targets, subword_dropout),
                  num_parallel_calls=config.num_parallel_calls, deterministic=True)
             .unbatch())
     return _bucket_and_batch(rows, config).prefetch(tf.data.AUTOTUNE)

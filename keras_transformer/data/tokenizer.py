@@ -132,12 +132,21 @@ class SubwordTokenizer(tf.Module):
     def from_file(cls, path: os.PathLike) -> "SubwordTokenizer":
         return cls(pathlib.Path(path).read_bytes())
 
-    def _sentencepiece(self) -> tf_text.SentencepieceTokenizer:
+    def _sentencepiece(self, dropout: float = 0.0) -> tf_text.SentencepieceTokenizer:
+        if dropout:  # BPE-dropout: SentencePiece samples with nbest_size -1, alpha the merge dropout
+            return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32,
+                                                  nbest_size=-1, alpha=dropout)
         return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
 
     @tf.function(reduce_retracing=True)
     def tokenize(self, texts) -> tf.RaggedTensor:
         return self._sentencepiece().tokenize(texts)
+
+    def tokenize_with_dropout(self, texts, dropout: float) -> tf.RaggedTensor:
+        """As `tokenize`, but each BPE merge is skipped with probability `dropout` (BPE-dropout,
+        Provilkov et al., 2020), so a word is split differently at every call. For training
+        batches only; SentencePiece draws from its own generator, which TensorFlow cannot seed."""
+        return self._sentencepiece(dropout).tokenize(texts)
 
     @tf.function(reduce_retracing=True)
     def detokenize(self, ids) -> tf.Tensor:

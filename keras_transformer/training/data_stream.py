@@ -12,6 +12,13 @@ before the position as text (they are read, never tokenized), then skips the bat
 already consumed. So a restart tokenizes at most one segment again, wherever the position is in
 the epoch, and sees exactly the batches the uninterrupted run would have seen next.
 
+With DataConfig.subword_dropout > 0 (BPE-dropout) the pairs and their order are still that function
+of (seed, e, k), but their pieces are not: SentencePiece samples from its own generator, which
+TensorFlow cannot seed. A restart then skips b batches of segment k split anew, which hold about,
+not exactly, the pairs the first split had there; under several workers each worker splits the
+stream its own way, so a pair may be trained on twice or not at all in an epoch. Exact replay needs
+subword_dropout 0, the paper's setting.
+
 Under MultiWorkerMirroredStrategy every worker reads the whole stream and keeps its part: element i
 goes to global replica i mod R (R replicas in all, worker w holding replicas w*r .. w*r + r - 1), so
 across the workers every element is consumed once, by the replica a single machine with R devices
@@ -90,7 +97,8 @@ def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: 
     def segment_batches(segment, block):
         shuffled = tf.data.Dataset.from_tensor_slices(
             _permuted(*block, tf.random.experimental.stateless_fold_in(epoch_seed, segment)))
-        batches = make_dataset(shuffled, tokenizer, config, training=False)  # every worker: all of it
+        batches = make_dataset(shuffled, tokenizer, config, training=False,  # every worker: all of it
+                               subword_dropout=config.subword_dropout)
         batches = batches.enumerate().map(
             lambda index, batch: {"batch": batch, "position": tf.stack([epoch, segment, index])})
         return batches.skip(tf.where(tf.equal(segment, first_segment), skip, tf.constant(0, tf.int64)))

@@ -164,5 +164,33 @@ def test_data_config_checks_and_json_round_trip():
         DataConfig(tokens_per_batch=100, max_length=256)
     with pytest.raises(ValueError, match="bucket_growth"):
         DataConfig(bucket_growth=0.9)
+    for dropout in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"subword_dropout must be in \[0, 1\)"):
+            DataConfig(subword_dropout=dropout)
     with pytest.raises(ValueError, match="unknown field"):
         DataConfig.from_dict({"batch_size": 3})
+
+
+def test_subword_dropout_resplits_training_pairs_only(numbers_corpus, numbers_tokenizer):
+    config = dataclasses.replace(SMALL, subword_dropout=0.3)
+    expected = _expected_rows(numbers_corpus, "train", numbers_tokenizer)
+    texts = collections.Counter(numbers_corpus.pairs("train"))
+
+    def detokenized(rows, column):
+        return numbers_tokenizer.detokenize(tf.ragged.constant([list(row[column]) for row in rows])).numpy()
+
+    epochs = []
+    for _ in range(2):
+        rows = [row for batch in make_corpus_dataset(numbers_corpus, "train", numbers_tokenizer, config)
+                for row in _rows(batch)]
+        # Still every pair exactly once, and its pieces spell the same text...
+        pairs = zip((s.decode() for s in detokenized(rows, 0)), (t.decode() for t in detokenized(rows, 2)))
+        assert collections.Counter(pairs) == texts
+        # ...but split otherwise than the vocabulary's own tokenization, and anew at every epoch.
+        assert len(set(rows) - set(expected)) > len(rows) // 2
+        epochs.append(collections.Counter(rows))
+    assert epochs[0] != epochs[1]
+    # Validation and test are tokenized as the exported model does.
+    validation = make_corpus_dataset(numbers_corpus, "validation", numbers_tokenizer, config)
+    assert (collections.Counter(row for batch in validation for row in _rows(batch))
+            == collections.Counter(_expected_rows(numbers_corpus, "validation", numbers_tokenizer)))

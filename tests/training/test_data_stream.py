@@ -3,8 +3,11 @@
 A streamed local corpus of 600 pairs in segments of 128 pairs (5 segments an epoch, the last one
 short), read over more than two epochs, restarted after every consumed batch.
 """
+import dataclasses
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.data import DataConfig, LocalParallelCorpus, NumbersCorpus
 from keras_transformer.data.tokenizer import TokenizerSettings, load_or_train_tokenizer
@@ -74,3 +77,18 @@ def test_a_restart_at_a_recorded_position_continues_the_stream_exactly(corpus_an
             assert got_position == want_position
             for got_tensor, want_tensor in zip(got, want):
                 np.testing.assert_array_equal(got_tensor, want_tensor)
+
+
+def test_subword_dropout_splits_the_stream_s_pairs_anew(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    plain = _elements(training_stream(corpus, tokenizer, CONFIG), until=(1, 0, 0))
+    dropped = _elements(training_stream(corpus, tokenizer, dataclasses.replace(CONFIG, subword_dropout=0.3)),
+                        until=(1, 0, 0))
+
+    def sources(elements):
+        return [tuple(row[row > 0][:-1]) for _, (source, _, _) in elements for row in source]  # without EOS
+
+    assert len(sources(dropped)) == NUM_PAIRS  # still every pair once an epoch
+    texts = tokenizer.detokenize(tf.ragged.constant([list(row) for row in sources(dropped)])).numpy()
+    assert sorted(texts) == sorted(source.encode() for source, _ in corpus.pairs("train"))
+    assert len(set(sources(dropped)) - set(sources(plain))) > NUM_PAIRS // 2
