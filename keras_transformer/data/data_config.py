@@ -38,8 +38,10 @@ class DataConfig(JsonConfig):
       seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
         The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
       num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.
-      subword_dropout: BPE-dropout (Provilkov et al., 2020) on training batches: each merge is
-        skipped with this probability, so words are split anew at every epoch. 0 (the paper): off.
+      subword_dropout: BPE-dropout (Provilkov et al., 2020) on training batches, as SentencePiece
+        implements it: each merge is skipped with this probability and not tried again at that
+        place, so words are split anew at every epoch. A pair whose pieces then pass max_length is
+        dropped from that epoch only. 0 (the paper): off.
     """
 
     dataset: str = "wmt14"

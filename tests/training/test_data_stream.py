@@ -79,7 +79,7 @@ def test_a_restart_at_a_recorded_position_continues_the_stream_exactly(corpus_an
                 np.testing.assert_array_equal(got_tensor, want_tensor)
 
 
-def test_subword_dropout_splits_the_stream_s_pairs_anew(corpus_and_tokenizer):
+def test_subword_dropout_splits_the_streamed_pairs_anew(corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     plain = _elements(training_stream(corpus, tokenizer, CONFIG), until=(1, 0, 0))
     dropped = _elements(training_stream(corpus, tokenizer, dataclasses.replace(CONFIG, subword_dropout=0.3)),
