@@ -48,10 +48,7 @@ def bucket_batch_sizes(config: DataConfig) -> list[int]:
 
 def _tokenize_chunk(tokenizer: SubwordTokenizer, sources, targets, subword_dropout: float = 0.0):
     """(N,) strings, (N,) strings -> (N, None) ragged source tokens, (N, None) ragged target tokens."""
-    if subword_dropout:
-        return (tokenizer.tokenize_with_dropout(sources, subword_dropout),
-                tokenizer.tokenize_with_dropout(targets, subword_dropout))
-    return tokenizer.tokenize(sources), tokenizer.tokenize(targets)
+    return tokenizer.tokenize(sources, subword_dropout), tokenizer.tokenize(targets, subword_dropout)
 
 
 def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targets, subword_dropout=0.0):

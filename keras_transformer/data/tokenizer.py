@@ -133,19 +133,16 @@ class SubwordTokenizer(tf.Module):
         return cls(pathlib.Path(path).read_bytes())
 
     def _sentencepiece(self, dropout: float = 0.0) -> tf_text.SentencepieceTokenizer:
-        if dropout:  # BPE-dropout: SentencePiece samples with nbest_size -1, alpha the merge dropout
-            return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32,
-                                                  nbest_size=-1, alpha=dropout)
-        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+        # BPE-dropout: with nbest_size -1 SentencePiece samples a split, alpha being the merge dropout
+        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32,
+                                              nbest_size=-1 if dropout else 0, alpha=dropout or 1.0)
 
     @tf.function(reduce_retracing=True)
-    def tokenize(self, texts) -> tf.RaggedTensor:
-        return self._sentencepiece().tokenize(texts)
-
-    def tokenize_with_dropout(self, texts, dropout: float) -> tf.RaggedTensor:
-        """As `tokenize`, but each BPE merge is skipped with probability `dropout` (BPE-dropout,
-        Provilkov et al., 2020), so a word is split differently at every call. For training
-        batches only; SentencePiece draws from its own generator, which TensorFlow cannot seed."""
+    def tokenize(self, texts, dropout: float = 0.0) -> tf.RaggedTensor:
+        """(N,) strings -> (N, None) piece ids. With `dropout` > 0 each BPE merge is skipped with that
+        probability (BPE-dropout, Provilkov et al., 2020), so a word is split differently at every
+        call: for training batches only; SentencePiece draws from its own generator, which
+        TensorFlow cannot seed."""
         return self._sentencepiece(dropout).tokenize(texts)
 
     @tf.function(reduce_retracing=True)
