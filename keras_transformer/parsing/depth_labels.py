@@ -1,0 +1,144 @@
+"""Trees as one label per word, after Gómez-Rodríguez and Vilares (2018, "Constituent Parsing as
+Sequence Labeling"), and back: a linearization whose length is fixed by the sentence.
+
+Unary chains are collapsed first: a constituent whose only child is a constituent takes its child's
+place, their labels joined by "+" ((S (VP ...)) -> (S+VP ...)). Then every constituent over two or
+more words is the lowest common ancestor of some pair of neighbouring words, and the constituents
+over one word (a chain over its tag, (NP (PRP I))) belong to that word. Word i gets:
+
+    tag           its part-of-speech tag
+    unary         the constituents over it alone ("NP", "S+NP"; "" when none)
+    depth_change  a(i) - a(i - 1), where a(i) is the number of constituents over both word i and
+                  word i + 1 (a(0) = 0); 0 for the last word
+    lca           the label of the lowest of those constituents; "" for the last word
+
+    (S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))
+    ->  I: PRP, NP, +1, S    saw: VBD, -, +1, VP    a: DT, -, +1, NP    dog: NN, -, -2, S    .: ., -, 0, -
+
+`decode` builds a tree over the words from any labels, well-formed or not: a(i) is the running sum
+of the depth changes, kept at least 1; a span of words is split into its children where a(i) is
+lowest within it, and that constituent takes the first of those pairs' labels (a well-formed
+sequence gives the same label at each). So every answer is a tree over exactly the input words.
+"""
+import dataclasses
+from typing import Optional, Sequence
+
+from keras_transformer.parsing.trees import Tree, TreeFormatError
+
+CHAIN = "+"
+FALLBACK_LABEL = "S"  # a constituent whose pairs were given no label
+
+
+@dataclasses.dataclass(frozen=True)
+class WordLabel:
+    tag: str
+    unary: str = ""
+    depth_change: int = 0
+    lca: str = ""
+
+
+def collapse_unaries(tree: Tree) -> Tree:
+    """The tree with each chain of constituents that have a single constituent child made one
+    constituent, its labels joined by "+" (outermost first)."""
+    if tree.is_preterminal:
+        return tree
+    label, node = tree.label, tree
+    while len(node.children) == 1 and not node.children[0].is_preterminal:
+        node = node.children[0]
+        label += CHAIN + node.label
+    return Tree(label, [collapse_unaries(child) for child in node.children])
+
+
+def _check(label: str, what: str):
+    if not label or CHAIN in label or any(c.isspace() or c in "()" for c in label):
+        raise TreeFormatError(f"cannot label words with the {what} {label!r}: labels need at least one character "
+                              f"and no spaces, brackets or {CHAIN!r}")
+
+
+def encode(tree: Tree) -> list[WordLabel]:
+    """The labels of `tree`'s words, left to right (see the module docstring)."""
+    paths, unaries, tags = [], [], []
+
+    def visit(node, path):
+        if node.is_preterminal:
+            _check(node.label, "part-of-speech tag")
+            paths.append(path)
+            unaries.append("")
+            tags.append(node.label)
+            return
+        for label in node.label.split(CHAIN):
+            _check(label, "constituent label")
+        if len(node.children) == 1:  # over one word only (collapsed: its child is a preterminal)
+            visit(node.children[0], path)
+            unaries[-1] = node.label
+            return
+        for child in node.children:
+            visit(child, path + [node])
+
+    visit(collapse_unaries(tree), [])
+    labels, previous = [], 0
+    for i, tag in enumerate(tags):
+        if i + 1 == len(tags):
+            labels.append(WordLabel(tag, unaries[i]))
+            break
+        common = 0
+        for mine, theirs in zip(paths[i], paths[i + 1]):
+            if mine is not theirs:
+                break
+            common += 1
+        labels.append(WordLabel(tag, unaries[i], common - previous, paths[i][common - 1].label))
+        previous = common
+    return labels
+
+
+def _chain(labels: str, children: list) -> Tree:
+    """Nested constituents for a "+"-joined chain of labels over `children`."""
+    node = None
+    for label in reversed(labels.split(CHAIN)):
+        node = Tree(label, children if node is None else [node])
+    return node
+
+
+def _leaf(word: str, label: WordLabel) -> Tree:
+    leaf = Tree(label.tag, word=word)
+    return _chain(label.unary, [leaf]) if label.unary else leaf
+
+
+def common_ancestor_counts(labels: Sequence[WordLabel]) -> list[int]:
+    """a(1) ... a(n - 1): the running sum of the depth changes, kept at least 1."""
+    counts, running = [], 0
+    for label in labels[:-1]:
+        running = max(1, running + label.depth_change)
+        counts.append(running)
+    return counts
+
+
+def decode(words: Sequence[str], labels: Sequence[WordLabel]) -> Tree:
+    """A tree over exactly `words` from one label per word (any labels; see the module docstring)."""
+    if not words or len(words) != len(labels):
+        raise ValueError(f"decode needs one label per word and at least one word: {len(words)} words, "
+                         f"{len(labels)} labels")
+    counts = common_ancestor_counts(labels)
+
+    def span(first: int, last: int, label: Optional[str] = None) -> Tree:
+        """The constituent over words first..last (first < last)."""
+        lowest = min(counts[first:last])
+        splits = [k for k in range(first, last) if counts[k] == lowest]
+        children, start = [], first
+        for k in splits + [last]:
+            children.append(_leaf(words[start], labels[start]) if start == k else span(start, k))
+            start = k + 1
+        return _chain(labels[splits[0]].lca or FALLBACK_LABEL, children)
+
+    return _leaf(words[0], labels[0]) if len(words) == 1 else span(0, len(words) - 1)
+
+
+def to_tokens(labels: Sequence[WordLabel]) -> list[str]:
+    """The labels as tokens, two a word: the tag with its unary chain ("NP>PRP", "PRP"), then the
+    depth change with the common ancestor's label ("+1S"); the last word has only the first."""
+    tokens = []
+    for i, label in enumerate(labels):
+        tokens.append(f"{label.unary}>{label.tag}" if label.unary else label.tag)
+        if i + 1 < len(labels):
+            tokens.append(f"{label.depth_change:+d}{label.lca}")
+    return tokens
