@@ -23,6 +23,8 @@ sequence gives the same label at each). So every answer is a tree over exactly t
 import dataclasses
 from typing import Optional, Sequence
 
+import tensorflow as tf
+
 from keras_transformer.parsing.trees import Tree, TreeFormatError
 
 CHAIN = "+"
@@ -142,3 +144,64 @@ def to_tokens(labels: Sequence[WordLabel]) -> list[str]:
         if i + 1 < len(labels):
             tokens.append(f"{label.depth_change:+d}{label.lca}")
     return tokens
+
+
+def _chain_parts(labels):
+    """The number of constituents in each "+"-joined chain of labels (0 for "")."""
+    stripped = tf.strings.regex_replace(labels, r"\+", "")
+    return tf.where(tf.equal(labels, ""), 0, tf.strings.length(labels) - tf.strings.length(stripped) + 1)
+
+
+def _opening(labels):
+    """"A+B" -> "(A (B " ("" -> "")."""
+    return tf.where(tf.equal(labels, ""), "", "(" + tf.strings.regex_replace(labels, r"\+", " (") + " ")
+
+
+def _closing(counts, longest=64):
+    counts = tf.minimum(counts, longest)
+    return tf.strings.substr(tf.fill(tf.shape(counts), ")" * longest), tf.zeros_like(counts), counts)
+
+
+def trees_from_labels(words, tags, unaries, depth_changes, lcas, lengths):
+    """`decode` in TensorFlow ops, for a batch: one bracketed tree (B,) string per sentence.
+
+    Args (all (B, W), padded past each row's length): words (already escaped, as in the PTB),
+    tags, unaries, lcas string; depth_changes int32; lengths (B,) int32, the words of each row
+    (at least 1). The depth change and lca of each row's last word are not read.
+    """
+    words, tags, unaries, lcas = (tf.convert_to_tensor(t, tf.string) for t in (words, tags, unaries, lcas))
+    depth_changes = tf.convert_to_tensor(depth_changes, tf.int32)
+    lengths = tf.convert_to_tensor(lengths, tf.int32)
+    width = tf.shape(words)[1]
+    pairs = tf.sequence_mask(lengths - 1, width)  # (B, W): pair k joins words k and k + 1
+    # a(k): the running sum of the depth changes kept at least 1 (a reflected walk: the sum, lifted
+    # by how far the sum less 1 has fallen below 0 so far).
+    sums = tf.cumsum(tf.where(pairs, depth_changes, 0), axis=1)
+    lowest = tf.scan(tf.minimum, tf.transpose(sums - 1), initializer=tf.zeros_like(lengths))  # (W, B)
+    counts = tf.where(pairs, sums - tf.transpose(lowest), 0)  # (B, W), 0 off the pairs
+    # Pair k's constituent spans the words after the last pair before k with a lower count, to the
+    # first pair after k with a lower count; the first pair of its span with its count stands for it.
+    index = tf.range(width)
+    before = index[None, :, None] < index[None, None, :]  # [., j, k]: j < k
+    valid_j = pairs[:, :, None]
+    lower = valid_j & (counts[:, :, None] < counts[:, None, :])  # (B, j, k): pair j has a lower count than k
+    not_higher = valid_j & (counts[:, :, None] <= counts[:, None, :])
+    last_lower_before = tf.reduce_max(tf.where(lower & before, index[None, :, None], -1), axis=1)  # (B, k)
+    last_not_higher_before = tf.reduce_max(tf.where(not_higher & before, index[None, :, None], -1), axis=1)
+    first_lower_after = tf.reduce_min(tf.where(lower & ~before & (index[None, :, None] != index[None, None, :]),
+                                               index[None, :, None], width), axis=1)
+    first_word = last_lower_before + 1
+    last_word = tf.minimum(first_lower_after, lengths[:, None] - 1)
+    stands = pairs & (last_not_higher_before == last_lower_before)
+    labels = tf.where(tf.equal(lcas, ""), FALLBACK_LABEL, lcas)
+    openings = tf.where(stands, _opening(labels), "")
+    closes = tf.where(stands, _chain_parts(labels), 0)
+    # Word i opens the constituents whose span starts at i, outermost first: the outer one stands at
+    # a later pair than those inside it, so pairs are read from the last.
+    starts = stands[:, None, :] & tf.equal(first_word[:, None, :], index[None, :, None])  # (B, i, k)
+    opens = tf.strings.reduce_join(tf.reverse(tf.where(starts, openings[:, None, :], ""), axis=[2]), axis=2)
+    ends = stands[:, None, :] & tf.equal(last_word[:, None, :], index[None, :, None])
+    closed = tf.reduce_sum(tf.where(ends, closes[:, None, :], 0), axis=2)  # (B, i)
+    leaves = (_opening(unaries) + "(" + tags + " " + words + ")" + _closing(_chain_parts(unaries)))
+    segments = opens + leaves + _closing(closed, longest=1024)
+    return tf.strings.reduce_join(tf.RaggedTensor.from_tensor(segments, lengths=lengths), axis=1, separator=" ")
