@@ -36,6 +36,7 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
+    parser.add_argument("--linearization", default="brackets", help="brackets or depth (pipelines.train_parser)")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
     parser.add_argument("--choice-sentences", type=int, default=400,
                         help="dev sentences the candidates are compared on (0: all)")
@@ -134,7 +135,8 @@ def main():
         sys.exit(f"GUM not found in {folder} (set {SHARED_DATA_ENV} to the folder holding gum/)")
     workdir = args.workdir or pathlib.Path("runs") / f"gum-{args.preset}"
     # The job's closing evaluation runs on dev (its "test" split): GUM test is decoded once, below.
-    configs = parsing_configs(args.preset, folder / "train.ptb", folder / "dev.ptb", folder / "dev.ptb")
+    configs = parsing_configs(args.preset, folder / "train.ptb", folder / "dev.ptb", folder / "dev.ptb",
+                              args.linearization)
     configs = apply_overrides(configs, [f"run.max_train_minutes={args.minutes}", *args.overrides])
     started = time.monotonic()
     if args.skip_training:
@@ -152,8 +154,9 @@ def main():
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
     start = first_wall_time(workdir)
 
-    dev = list(TreebankCorpus({"train": folder / "train.ptb", "validation": folder / "dev.ptb"}).pairs(
-        "validation"))[:args.max_sentences]
+    linearization = PARSING.corpus(configs.data).linearization  # the run's
+    dev = list(TreebankCorpus({"train": folder / "train.ptb", "validation": folder / "dev.ptb"},
+                              linearization=linearization).pairs("validation"))[:args.max_sentences]
     choice = dev[:args.choice_sentences or None]
 
     def scored(parser, pairs):
@@ -174,8 +177,8 @@ def main():
     dev_scores = scored(parser, dev) if len(choice) < len(dev) else choice_scores
     log(dev_scores.report(f"dev ({name})"))
 
-    test = list(TreebankCorpus({"train": folder / "train.ptb", "test": folder / "test.ptb"}).pairs(
-        "test"))[:args.max_sentences]
+    test = list(TreebankCorpus({"train": folder / "train.ptb", "test": folder / "test.ptb"},
+                               linearization=linearization).pairs("test"))[:args.max_sentences]
     test_scores = scored(parser, test)
     log(test_scores.report(f"test ({name})"))
     evaluations = scalar_events(workdir / "tensorboard" / "validation", "f1")
@@ -185,7 +188,7 @@ def main():
                                     f"{result.step} steps", len(choice))
     (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
                                                           "test": test_scores.__dict__}, indent=2) + "\n")
-    emit(task="gum_parsing", preset=args.preset, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
+    emit(task="gum_parsing", preset=args.preset, linearization=linearization, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
          checkpoint=name, test_recall=round(test_scores.recall, 2), test_precision=round(test_scores.precision, 2),
          dev_repaired=dev_scores.repaired, test_repaired=test_scores.repaired,
          dev_error_sentences=dev_scores.error_sentences, test_error_sentences=test_scores.error_sentences,

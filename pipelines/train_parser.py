@@ -16,6 +16,7 @@ import sys
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
 from pipelines.train_wmt import add_job_flags, averaged_description, flag_assignments, run_job
 from keras_transformer.parsing.configs import PARSING_PRESETS, parsing_configs
+from keras_transformer.parsing.corpus import LINEARIZATIONS
 from keras_transformer.training.run_config import RunConfigs, apply_overrides
 
 
@@ -32,6 +33,9 @@ def parse_args(argv=None):
     parser.add_argument("--preset", default="parsing", choices=PARSING_PRESETS,
                         help="parsing: the paper's (4 layers, d_model 1024, beam 21, alpha 0.3); parsing_small: "
                              "trains on 2 CPU cores; parsing_tiny: tests and the offline quick run")
+    parser.add_argument("--linearization", default="brackets", choices=LINEARIZATIONS,
+                        help="brackets: trees written depth first with their brackets (the paper's, after Vinyals "
+                             "et al.); depth: one tag and one depth label a word (Gomez-Rodriguez and Vilares, 2018)")
     add_job_flags(parser)
     return parser.parse_args(argv)
 
@@ -58,7 +62,7 @@ def main(argv=None):
     from keras_transformer.parsing.task import PARSING
 
     try:
-        configs = apply_overrides(parsing_configs(args.preset, args.train, args.dev, args.test),
+        configs = apply_overrides(parsing_configs(args.preset, args.train, args.dev, args.test, args.linearization),
                                   flag_assignments(args) + args.overrides)
         if not args.dry_run:
             PARSING.corpus(configs.data)  # reads every tree: a bad file stops here, naming its file and line

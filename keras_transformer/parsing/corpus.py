@@ -3,11 +3,13 @@
     corpus = TreebankCorpus({"train": ["wsj/02", ..., "wsj/21"], "validation": "wsj/22", "test": "wsj/23"})
     next(corpus.pairs("train"))    # ("Pierre Vinken , 61 ...", "(S (NP (NP NNP Pierre NNP Vinken ) , , ...")
 
-Sentences are the trees' words joined by single spaces; targets are `linearize`d trees. The trees
+Sentences are the trees' words joined by single spaces; targets are the trees linearized as
+brackets (`linearize`, the default) or word by word with one label each ("depth": parsing.depth_labels,
+`linearize_by_word`). The trees
 are read again from the files each time a split is iterated (streamed, never held whole), and every
 file is checked once, before training starts, so that a bad tree stops the job with its file and
-line. The vocabulary keeps every tree token (label, tag, ")") of the train split as one piece
-(`user_defined_symbols`).
+line. The vocabulary keeps every tree token (label, tag, ")"; or tag and depth tokens) of the train
+split as one piece (`user_defined_symbols`).
 """
 import pathlib
 from typing import Iterator, Mapping, Sequence, Union
@@ -15,21 +17,28 @@ from typing import Iterator, Mapping, Sequence, Union
 import tensorflow as tf
 
 from keras_transformer.data.corpora import SPLITS, Corpus, check_split
+from keras_transformer.parsing.depth_labels import label_tokens, linearize_by_word, rebuild_by_word
 from keras_transformer.parsing.linearization import linearize, linearize_tokens, rebuild
 from keras_transformer.parsing.parser import tree_symbols
 from keras_transformer.parsing.treebank import read_treebank, treebank_files
 from keras_transformer.parsing.trees import Tree
 
 SPEC_PREFIX = "treebank:"
+LINEARIZATIONS = ("brackets", "depth")
 
 
 class TreebankCorpus(Corpus):
-    """Treebank files per split (a path, a directory, or a list of them); "train" is required."""
+    """Treebank files per split (a path, a directory, or a list of them); "train" is required.
+    linearization: "brackets" (the paper's, after Vinyals et al.) or "depth" (one label per word)."""
 
     source_language = "en"
     target_language = "trees"
 
-    def __init__(self, files: Mapping[str, Union[str, pathlib.Path, Sequence]], name: str = "treebank"):
+    def __init__(self, files: Mapping[str, Union[str, pathlib.Path, Sequence]], name: str = "treebank",
+                 linearization: str = "brackets"):
+        if linearization not in LINEARIZATIONS:
+            raise ValueError(f"unknown linearization {linearization!r}; expected one of {LINEARIZATIONS}")
+        self.linearization = linearization
         unknown = sorted(set(files) - set(SPLITS))
         if unknown or "train" not in files:
             raise ValueError(f"{name}: expected splits among {SPLITS} with 'train'; got {sorted(files)}")
@@ -49,8 +58,9 @@ class TreebankCorpus(Corpus):
         return self._sizes[split]
 
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:
+        sequence = linearize if self.linearization == "brackets" else linearize_by_word
         for tree in self.trees(split):
-            yield " ".join(tree.words()), linearize(tree)
+            yield " ".join(tree.words()), sequence(tree)
 
     def dataset(self, split: str) -> tf.data.Dataset:
         """The pairs, streamed from the files."""
@@ -61,31 +71,42 @@ class TreebankCorpus(Corpus):
 
     def user_defined_symbols(self) -> tuple[str, ...]:
         if self._symbols is None:
-            tokens = {token for tree in self.trees("train") for token in linearize_tokens(tree, words=False)}
+            tokens = set()
+            for tree in self.trees("train"):
+                tokens.update(linearize_tokens(tree, words=False) if self.linearization == "brackets"
+                              else label_tokens(tree))
             self._symbols = tuple(tree_symbols(tokens))
         return self._symbols
 
 
-def treebank_spec(train, validation, test) -> str:
+def treebank_spec(train, validation, test, linearization: str = "brackets") -> str:
     """The DataConfig.dataset naming a treebank corpus: "treebank:train=A;validation=B;test=C"
-    (several paths of one split joined by '+')."""
+    (several paths of one split joined by '+'), and ";linearization=depth" for that one."""
     def paths(value):
         values = [value] if isinstance(value, (str, pathlib.Path)) else list(value)
         return "+".join(str(pathlib.Path(v).resolve()) for v in values)
-    return SPEC_PREFIX + ";".join(f"{split}={paths(value)}" for split, value in
-                                  (("train", train), ("validation", validation), ("test", test)))
+    if linearization not in LINEARIZATIONS:
+        raise ValueError(f"unknown linearization {linearization!r}; expected one of {LINEARIZATIONS}")
+    return (SPEC_PREFIX + ";".join(f"{split}={paths(value)}" for split, value in
+                                   (("train", train), ("validation", validation), ("test", test)))
+            + ("" if linearization == "brackets" else f";linearization={linearization}"))
 
 
 def corpus_from_spec(spec: str) -> TreebankCorpus:
     if not spec.startswith(SPEC_PREFIX):
         raise ValueError(f"not a treebank spec (expected '{SPEC_PREFIX}train=...;validation=...;test=...'): {spec!r}")
-    files = {}
+    files, linearization = {}, "brackets"
     for item in filter(None, spec[len(SPEC_PREFIX):].split(";")):
-        split, _, paths = item.partition("=")
-        files[split] = paths.split("+")
-    return TreebankCorpus(files)
+        key, _, value = item.partition("=")
+        if key == "linearization":
+            linearization = value
+        else:
+            files[key] = value.split("+")
+    return TreebankCorpus(files, linearization=linearization)
 
 
 def gold_tree(sentence: str, sequence: str) -> Tree:
-    """The tree of a corpus pair."""
-    return rebuild(sequence, sentence.split())
+    """The tree of a corpus pair, of either linearization (a bracketed one starts with a bracket,
+    but for a single tag over a single word, which reads the same either way)."""
+    rebuild_sequence = rebuild if sequence.startswith("(") else rebuild_by_word
+    return rebuild_sequence(sequence, sentence.split())

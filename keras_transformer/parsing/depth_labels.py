@@ -21,6 +21,7 @@ lowest within it, and that constituent takes the first of those pairs' labels (a
 sequence gives the same label at each). So every answer is a tree over exactly the input words.
 """
 import dataclasses
+import re
 from typing import Optional, Sequence
 
 import tensorflow as tf
@@ -28,6 +29,8 @@ import tensorflow as tf
 from keras_transformer.parsing.trees import Tree, TreeFormatError
 
 CHAIN = "+"
+UNARY_MARK = ">"  # "NP>PRP": a tag under the unary chain of its word
+DEPTH_TOKEN = re.compile(r"^([+-]\d+)(\S+)$")  # "+1S": a depth change and a label
 FALLBACK_LABEL = "S"  # a constituent whose pairs were given no label
 
 
@@ -52,9 +55,9 @@ def collapse_unaries(tree: Tree) -> Tree:
 
 
 def _check(label: str, what: str):
-    if not label or CHAIN in label or any(c.isspace() or c in "()" for c in label):
+    if not label or any(c.isspace() or c in "()" + CHAIN + UNARY_MARK for c in label):
         raise TreeFormatError(f"cannot label words with the {what} {label!r}: labels need at least one character "
-                              f"and no spaces, brackets or {CHAIN!r}")
+                              f"and no spaces, brackets, {CHAIN!r} or {UNARY_MARK!r}")
 
 
 def encode(tree: Tree) -> list[WordLabel]:
@@ -135,15 +138,56 @@ def decode(words: Sequence[str], labels: Sequence[WordLabel]) -> Tree:
     return _leaf(words[0], labels[0]) if len(words) == 1 else span(0, len(words) - 1)
 
 
-def to_tokens(labels: Sequence[WordLabel]) -> list[str]:
-    """The labels as tokens, two a word: the tag with its unary chain ("NP>PRP", "PRP"), then the
-    depth change with the common ancestor's label ("+1S"); the last word has only the first."""
+def tag_token(label: WordLabel) -> str:
+    """The tag with the word's unary chain: "NP>PRP", or "PRP" without one."""
+    return f"{label.unary}{UNARY_MARK}{label.tag}" if label.unary else label.tag
+
+
+def depth_token(label: WordLabel) -> str:
+    """The depth change with the common ancestor's label: "+1S", "-2NP"."""
+    return f"{label.depth_change:+d}{label.lca}"
+
+
+def linearize_by_word(tree: Tree) -> str:
+    """The sequence the parser is trained on: word by word, its tag token, the word, and (but for
+    the last word) its depth token:
+
+        (S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))
+        ->  NP>PRP I +1S VBD saw +1VP DT a +1NP NN dog -2S . .
+    """
     tokens = []
-    for i, label in enumerate(labels):
-        tokens.append(f"{label.unary}>{label.tag}" if label.unary else label.tag)
-        if i + 1 < len(labels):
-            tokens.append(f"{label.depth_change:+d}{label.lca}")
-    return tokens
+    for word, label in zip(tree.words(), encode(tree)):
+        if tokens:
+            tokens.append(depth_token(previous))
+        tokens += [tag_token(label), word]
+        previous = label
+    return " ".join(tokens)
+
+
+def label_tokens(tree: Tree) -> set[str]:
+    """The tag and depth tokens of `tree`'s sequence (its tree tokens, without the words)."""
+    labels = encode(tree)
+    return {tag_token(label) for label in labels} | {depth_token(label) for label in labels[:-1]}
+
+
+def rebuild_by_word(sequence: str, words: Sequence[str]) -> Tree:
+    """The tree of a well-formed `linearize_by_word` sequence over `words`; TreeFormatError when it
+    is not one."""
+    tokens = sequence.split()
+    if len(tokens) != 3 * len(words) - 1 or tokens[1::3] != list(words):
+        raise TreeFormatError(f"not a sequence of tag, word and depth tokens over the {len(words)} words "
+                              f"{' '.join(words)!r}: {sequence!r}")
+    labels = []
+    for i in range(len(words)):
+        unary, _, tag = tokens[3 * i].rpartition(UNARY_MARK)
+        change, lca = 0, ""
+        if i + 1 < len(words):
+            match = DEPTH_TOKEN.match(tokens[3 * i + 2])
+            if not match:
+                raise TreeFormatError(f"{tokens[3 * i + 2]!r} (after the word {words[i]!r}) is not a depth token")
+            change, lca = int(match.group(1)), match.group(2)
+        labels.append(WordLabel(tag, unary, change, lca))
+    return decode(words, labels)
 
 
 def _chain_parts(labels):

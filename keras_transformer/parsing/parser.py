@@ -43,9 +43,10 @@ from sentencepiece import sentencepiece_model_pb2
 from keras_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from keras_transformer.decoding.beam_search import gather_rows
 from keras_transformer.export import HOST, Translator, _valid_utf8
+from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK, trees_from_labels
 from keras_transformer.parsing.tag_dictionary import ALPHANUMERIC, SHAPES
 
-FORBIDDEN, OPEN, CLOSE, TAG, END, COPY = range(6)
+FORBIDDEN, OPEN, CLOSE, TAG, END, COPY, DEPTH = range(7)
 _WORD_MARK = "\u2581"  # SentencePiece's space mark: tree tokens are pieces "▁(NP", "▁)", "▁NN"
 NEG_LOGIT = -1e9  # finite, so a row with nothing allowed (after its sentence is done) never gives NaN
 
@@ -56,7 +57,8 @@ def tree_symbols(tokens) -> list[str]:
 
 
 def piece_classes(sentencepiece_proto: bytes, vocab_size: int) -> np.ndarray:
-    """(V,) int32: the class of each piece id (FORBIDDEN, OPEN, CLOSE, TAG, END)."""
+    """(V,) int32: the class of each piece id (FORBIDDEN, OPEN, CLOSE, TAG, END; DEPTH for the
+    depth tokens of parsing.depth_labels, in place of OPEN and CLOSE)."""
     proto = sentencepiece_model_pb2.ModelProto.FromString(sentencepiece_proto)
     user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.Type.USER_DEFINED
     classes = np.full([vocab_size], FORBIDDEN, np.int32)
@@ -64,11 +66,12 @@ def piece_classes(sentencepiece_proto: bytes, vocab_size: int) -> np.ndarray:
         if piece.type != user_defined or not piece.piece.startswith(_WORD_MARK):
             continue
         token = piece.piece[len(_WORD_MARK):]
-        classes[index] = CLOSE if token == ")" else OPEN if token.startswith("(") else TAG
+        classes[index] = (CLOSE if token == ")" else OPEN if token.startswith("(")
+                          else DEPTH if DEPTH_TOKEN.match(token) else TAG)
     classes[EOS_ID] = END
-    if not (classes == TAG).any() or not (classes == OPEN).any():
+    if not (classes == TAG).any() or (classes == OPEN).any() == (classes == DEPTH).any():
         raise ValueError("the SentencePiece model has no tree tokens (user-defined pieces such as '▁(NP', '▁)', "
-                         "'▁NN'): it was not trained for parsing")
+                         "'▁NN', or '▁NN' and '▁+1NP'): it was not trained for parsing")
     return classes
 
 
@@ -120,10 +123,7 @@ class TreeConstraint:
         depth += tf.cast(kind == OPEN, tf.int32) - tf.cast(kind == CLOSE, tf.int32)
         tags += tf.cast(kind == TAG, tf.int32)
         copied += tf.cast(kind == COPY, tf.int32)
-        pieces_left = copied < self.piece_counts
-        next_starts_word = tf.gather(self.word_starts, tf.minimum(copied, tf.shape(self.word_starts)[1] - 1),
-                                     batch_dims=1)  # (N,)
-        in_word = pieces_left & ((kind == TAG) | ((kind == COPY) & ~next_starts_word))
+        in_word = self._next_in_word(kind, copied)
         return depth, tags, kind == OPEN, started | (kind == OPEN) | (kind == TAG), copied, in_word
 
     def allowed(self, state, step):
@@ -141,24 +141,83 @@ class TreeConstraint:
         close_ok = (free & (depth > 0) & ~last_open & ((depth > 1) | tf.equal(missing, 0))
                     & (missing + depth <= left))
         end_ok = free & ((done & tf.equal(missing, 0)) | tf.equal(words, 0))
-        by_class = tf.stack([tf.zeros_like(done), open_ok, close_ok, tag_ok, end_ok, in_word], axis=1)  # (N, 6)
+        never = tf.zeros_like(done)
+        by_class = tf.stack([never, open_ok, close_ok, tag_ok, end_ok, in_word, never], axis=1)  # (N, 7)
         return tf.gather(by_class, self.classes, axis=1)  # (N, V' + 1)
+
+    def _next_in_word(self, kind, copied):
+        """(N,) bool: whether the next choice is a copy: after a tag or a copied piece, while the
+        sentence's next piece continues the word."""
+        pieces_left = copied < self.piece_counts
+        next_starts_word = tf.gather(self.word_starts, tf.minimum(copied, tf.shape(self.word_starts)[1] - 1),
+                                     batch_dims=1)  # (N,)
+        return pieces_left & ((kind == TAG) | ((kind == COPY) & ~next_starts_word))
+
+
+    @staticmethod
+    def tags(state):
+        """(N,) the tags output so far."""
+        return state[1]
+
+    @staticmethod
+    def copied(state):
+        """(N,) the sentence pieces copied so far."""
+        return state[4]
 
     def dictionary_allowed(self, state):
         """(N, V' + 1) bool: False on the tags the tag dictionary forbids for the next word to be
         tagged (True elsewhere); None without a dictionary."""
         if self.word_rows is None:
             return None
-        next_word = tf.minimum(state[1], tf.shape(self.word_rows)[1] - 1)
+        next_word = tf.minimum(self.tags(state), tf.shape(self.word_rows)[1] - 1)
         return tf.gather(self.row_masks, tf.gather(self.word_rows, next_word, batch_dims=1))
 
     def vocabulary_ids(self, state, choices, output_ids, pieces):
         """(N,) the ids a model is fed for choices (N,) made in `state`: output_ids[choice], or
         for COPY the row's next piece of pieces (N, S)."""
-        copied = state[4]
+        copied = self.copied(state)
         copy = tf.equal(choices, self.copy_index)
         piece = tf.gather(pieces, tf.minimum(copied, tf.shape(pieces)[1] - 1), batch_dims=1)
         return tf.where(copy, piece, tf.gather(output_ids, tf.minimum(choices, self.copy_index - 1)))
+
+
+class DepthConstraint(TreeConstraint):
+    """TreeConstraint's counterpart for sequences of parsing.depth_labels: word by word, a tag
+    token, the word's pieces copied, and (but after the last word) a depth token; then EOS. Every
+    such sequence is a tree over the words, and its length is fixed: 2 x words - 1 + pieces + EOS.
+    The state: (tags, copied, in a word, a depth token due)."""
+
+    def initial_state(self):
+        zeros = tf.zeros_like(self.word_counts)
+        no = tf.cast(zeros, tf.bool)
+        return zeros, zeros, no, no
+
+    @staticmethod
+    def tags(state):
+        return state[0]
+
+    @staticmethod
+    def copied(state):
+        return state[1]
+
+    def update(self, state, choices):
+        tags, copied, _, due = state
+        kind = tf.gather(self.classes, choices)  # (N,)
+        tags += tf.cast(kind == TAG, tf.int32)
+        copied += tf.cast(kind == COPY, tf.int32)
+        in_word = self._next_in_word(kind, copied)
+        word_done = ~in_word & ((kind == TAG) | (kind == COPY))
+        due = tf.where(kind == DEPTH, False, due | (word_done & (tags < self.word_counts)))
+        return tags, copied, in_word, due
+
+    def allowed(self, state, step):
+        tags, _, in_word, due = state
+        free = ~in_word
+        tag_ok = free & ~due & (tags < self.word_counts)
+        end_ok = free & ~due & tf.equal(tags, self.word_counts)
+        never = tf.zeros_like(in_word)
+        by_class = tf.stack([never, never, never, tag_ok, end_ok, in_word, free & due], axis=1)  # (N, 7)
+        return tf.gather(by_class, self.classes, axis=1)
 
 
 def constrained_step_fn(step_fn, cache, constraint: TreeConstraint, output_ids, pieces):
@@ -239,6 +298,31 @@ def sequences_to_trees(sequences, words):
     return tf.strings.regex_replace(trees, r" \)", ")")
 
 
+def labels_to_trees(sequences, words):
+    """Sequences (B,) string of tag and depth tokens (parsing.depth_labels' sequences without their
+    words: tag, depth, tag, ..., tag) and the sentences' words, ragged (B, None), -> trees (B,)
+    string. A sentence without words gives ""."""
+    tokens = tf.strings.split(sequences)  # (B, None)
+    position = tf.range(tf.size(tokens.flat_values, out_type=tokens.row_splits.dtype)) - tf.gather(
+        tokens.row_starts(), tokens.value_rowids())
+    width = tf.maximum(tf.reduce_max(words.row_lengths()), 1)
+
+    def columns(ragged, default):  # (B, width)
+        dense = ragged.to_tensor(default)[:, :width]
+        return tf.pad(dense, [[0, 0], [0, width - tf.shape(dense, out_type=width.dtype)[1]]], constant_values=default)
+
+    tag_tokens = columns(tf.ragged.boolean_mask(tokens, tokens.with_flat_values(position % 2 == 0)), "")
+    depth_tokens = columns(tf.ragged.boolean_mask(tokens, tokens.with_flat_values(position % 2 == 1)), "+0")
+    has_unary = tf.strings.regex_full_match(tag_tokens, f".*{UNARY_MARK}.*")
+    unaries = tf.where(has_unary, tf.strings.regex_replace(tag_tokens, f"{UNARY_MARK}[^{UNARY_MARK}]*$", ""), "")
+    tags = tf.strings.regex_replace(tag_tokens, f"^.*{UNARY_MARK}", "")
+    changes = tf.strings.to_number(tf.strings.regex_replace(depth_tokens, r"^([+-]\d+).*$", r"\1"), tf.int32)
+    lcas = tf.strings.regex_replace(depth_tokens, r"^[+-]\d+", "")
+    lengths = tf.cast(words.row_lengths(), tf.int32)
+    trees = trees_from_labels(columns(escape_words(words), ""), tags, unaries, changes, lcas, tf.maximum(lengths, 1))
+    return tf.where(lengths > 0, trees, "")
+
+
 class Parser(Translator):
     """Sentences in, trees out (module docstring). Arguments as Translator's; max_source_length
     defaults to the model's max_length - extra_length (the parsing presets: 1024 - 300).
@@ -253,6 +337,7 @@ class Parser(Translator):
         super().__init__(model, sentencepiece_proto, decode_config, max_source_length=max_source_length,
                          max_beam_size=max_beam_size, precision=precision, name=name)
         classes = piece_classes(self.sentencepiece_proto, model.config.vocab_size)
+        self.by_word = bool((classes == DEPTH).any())  # parsing.depth_labels' sequences, not brackets
         self.word_starts = word_start_pieces(self.sentencepiece_proto, model.config.vocab_size)
         # PAD first (index 0 pads answers as id 0 does), BOS (fed at step 0), EOS and the tree tokens.
         keep = classes != FORBIDDEN
@@ -269,6 +354,8 @@ class Parser(Translator):
         that allows none of this vocabulary's tags allows them all."""
         proto = sentencepiece_model_pb2.ModelProto.FromString(self.sentencepiece_proto)
         names = [proto.pieces[i].piece[len(_WORD_MARK):] for i in self.output_ids]
+        if self.by_word:  # "NP>PRP": the tag is PRP
+            names = [name.rpartition(UNARY_MARK)[2] for name in names]
         is_tag = np.append(self.piece_classes == TAG, False)  # the COPY column is no tag
         words = sorted(dictionary.words)
         rows = [dictionary.words[word] for word in words] + [dictionary.other.get(shape, ()) for shape in SHAPES]
@@ -295,21 +382,27 @@ class Parser(Translator):
     def settings(self):
         values = super().settings()
         dictionary = self.tag_dictionary
-        values.update(task="parsing", max_words_and_pieces=self.max_words_and_pieces,
+        values.update(task="parsing", linearization="depth" if self.by_word else "brackets",
+                      max_words_and_pieces=self.max_words_and_pieces,
                       tag_dictionary=None if dictionary is None else {
                           "min_count": dictionary.min_count, "words": len(dictionary.words),
                           "tags_of_other_words": {shape: list(tags) for shape, tags in dictionary.other.items()}},
                       signatures=list(self.signatures()),
                       max_output_length=f"max(source tokens with EOS + {self.decode_config.extra_length}, "
-                                        f"words + pieces + 3), at most {self.model.config.max_length}")
+                                        f"{'2 x words + pieces' if self.by_word else 'words + pieces + 3'}), "
+                                        f"at most {self.model.config.max_length}")
         del values["max_beam_size"]
         return values
 
     @property
     def max_words_and_pieces(self):
         """The most words + SentencePiece pieces of a sentence (so any sentence of up to half as many
-        words fits)."""
-        return self.model.config.max_length - 3
+        words fits); by word, the most of twice the words + the pieces."""
+        return self.model.config.max_length - (0 if self.by_word else 3)
+
+    def _words_and_pieces(self, word_counts, piece_counts):
+        """(N,) what max_words_and_pieces limits: words + pieces, or 2 x words + pieces by word."""
+        return (2 if self.by_word else 1) * word_counts + piece_counts
 
     def _choice_ids(self):
         """(V',) the vocabulary id of each output index (all ids when output_ids is None)."""
@@ -326,8 +419,9 @@ class Parser(Translator):
 
     def _max_lengths(self, source_ids, is_empty, context):
         word_counts, _ = context
-        lengths = tf.maximum(super()._max_lengths(source_ids, is_empty, context),
-                             word_counts + self._pieces(source_ids)[1] + 3)
+        needed = self._words_and_pieces(word_counts, self._pieces(source_ids)[1]) + self.model.config.max_length \
+            - self.max_words_and_pieces  # brackets: the root's, its closing bracket and EOS; by word: exact
+        lengths = tf.maximum(super()._max_lengths(source_ids, is_empty, context), needed)
         return tf.where(is_empty, 1, tf.minimum(lengths, self.model.config.max_length))
 
     def _decoding_step(self, source_ids, beam_size, max_length, max_lengths, context):
@@ -337,7 +431,8 @@ class Parser(Translator):
         pieces = tf.repeat(pieces, beam_size, axis=0)  # (B*W, S)
         dictionary = {} if word_rows is None else dict(word_rows=tf.repeat(word_rows, beam_size, axis=0),
                                                        row_masks=self._row_masks)
-        constraint = TreeConstraint(self.piece_classes, tf.repeat(word_counts, beam_size),
+        constraint_class = DepthConstraint if self.by_word else TreeConstraint
+        constraint = constraint_class(self.piece_classes, tf.repeat(word_counts, beam_size),
                                     tf.repeat(max_lengths, beam_size),
                                     tf.gather(tf.constant(self.word_starts), pieces), tf.repeat(counts, beam_size),
                                     **dictionary)
@@ -349,9 +444,10 @@ class Parser(Translator):
         word_counts = tf.cast(words.row_lengths(), tf.int32)
         # The words as the treebank writes them, so the model reads what it was trained on.
         source_ids, is_empty = self._source_ids(tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))
+        what = "twice its words and its" if self.by_word else "its words and"
         check = tf.debugging.assert_less_equal(
-            word_counts + self._pieces(source_ids)[1], self.max_words_and_pieces,
-            message=f"a sentence is too long for this parser: its words and SentencePiece pieces add up to more "
+            self._words_and_pieces(word_counts, self._pieces(source_ids)[1]), self.max_words_and_pieces,
+            message=f"a sentence is too long for this parser: {what} SentencePiece pieces add up to more "
                     f"than {self.max_words_and_pieces}")
         word_rows = None if self.tag_dictionary is None else self._word_rows(words)
         with tf.control_dependencies([check]):
@@ -360,7 +456,7 @@ class Parser(Translator):
         ids, tree_ids = answer_ids(choices[:, 0], self._pieces(source_ids)[0], self._choice_ids())
         tokenizer = self._sentencepiece()
         sequences = tokenizer.detokenize(ids)
-        trees = sequences_to_trees(tokenizer.detokenize(tree_ids), words)
+        trees = (labels_to_trees if self.by_word else sequences_to_trees)(tokenizer.detokenize(tree_ids), words)
         return tf.where(is_empty, "", trees), tf.where(is_empty, 0.0, scores[:, 0]), tf.where(is_empty, "", sequences)
 
     translate_nbest = None  # n-best trees are not offered (and a SavedModel holds every tf.function)

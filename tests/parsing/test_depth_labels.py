@@ -1,14 +1,22 @@
-"""One label per word: the labels of a hand-made tree, the round trip of every GUM tree, and the
-TensorFlow decoding, which must build the same tree as the Python one from any labels."""
+"""One label per word: the labels of a hand-made tree, the round trip of every GUM tree, the
+TensorFlow decoding, which must build the same tree as the Python one from any labels, and the
+Parser's constrained decoding by word (a fake step function, an untrained model)."""
+import json
 import random
+import re
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.data.factory import require_shared_data
+from keras_transformer.decoding import beam_search
 from keras_transformer.parsing import parse_tree, read_treebank
-from keras_transformer.parsing.depth_labels import (WordLabel, collapse_unaries, decode, encode, to_tokens,
-                                                    trees_from_labels)
-from keras_transformer.parsing.trees import escape_word
+from keras_transformer.parsing.depth_labels import (WordLabel, collapse_unaries, decode, encode, linearize_by_word,
+                                                    rebuild_by_word, trees_from_labels)
+from keras_transformer.parsing.parser import (DEPTH, END, TAG, DepthConstraint, Parser, answer_ids,
+                                              constrained_step_fn, labels_to_trees)
+from keras_transformer.parsing.trees import TreeFormatError, escape_word
 
 TREE = "(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"
 
@@ -17,8 +25,14 @@ def test_labels_of_a_tree():
     labels = encode(parse_tree(TREE))
     assert labels == [WordLabel("PRP", "NP", 1, "S"), WordLabel("VBD", "", 1, "VP"), WordLabel("DT", "", 1, "NP"),
                       WordLabel("NN", "", -2, "S"), WordLabel(".", "", 0, "")]
-    assert to_tokens(labels) == ["NP>PRP", "+1S", "VBD", "+1VP", "DT", "+1NP", "NN", "-2S", "."]
     assert decode("I saw a dog .".split(), labels) == parse_tree(TREE)
+    sequence = linearize_by_word(parse_tree(TREE))
+    assert sequence == "NP>PRP I +1S VBD saw +1VP DT a +1NP NN dog -2S . ."
+    assert rebuild_by_word(sequence, "I saw a dog .".split()) == parse_tree(TREE)
+    with pytest.raises(TreeFormatError, match="not a sequence of tag, word and depth tokens"):
+        rebuild_by_word(sequence, "I saw a cat .".split())
+    with pytest.raises(TreeFormatError, match="'XX' .after the word 'I'. is not a depth token"):
+        rebuild_by_word("NP>PRP I XX VBD saw +1VP DT a +1NP NN dog -2S . .", "I saw a dog .".split())
 
 
 def test_unary_chains_collapse_and_come_back():
@@ -59,7 +73,7 @@ def _tf_trees(items):
 def test_every_gum_tree_comes_back_from_its_labels(split):
     trees = list(read_treebank(require_shared_data(f"gum/{split}.ptb") / "gum" / f"{split}.ptb"))
     for tree in trees:
-        assert decode(tree.words(), encode(tree)) == tree, tree.to_string()
+        assert rebuild_by_word(linearize_by_word(tree), tree.words()) == tree, tree.to_string()
 
 
 def test_tensorflow_builds_the_python_tree_from_gold_and_spoiled_labels():
@@ -76,3 +90,136 @@ def test_tensorflow_builds_the_python_tree_from_gold_and_spoiled_labels():
             chunk = group[start:start + 50]
             expected = [decode([escape_word(word) for word in words], labels).to_string() for words, labels in chunk]
             assert _tf_trees(chunk) == expected
+
+
+# Constrained decoding by word, on a fake step function (tests/parsing/test_parser.py's): the
+# vocabulary's tree tokens are tag tokens and depth tokens.
+TOKENS = ["<pad>", "<unk>", "<s>", "</s>", "▁NN", "▁NP>NN", "▁.", "▁+1S", "▁-1NP", "▁+0S", "▁dog", "▁the", "s"]
+OUTPUT_IDS = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], np.int32)
+CLASSES = np.array([0, 0, 0, END, TAG, TAG, TAG, DEPTH, DEPTH, DEPTH], np.int32)
+WORD_STARTS = np.array([token.startswith("▁") for token in TOKENS])
+COPY = len(OUTPUT_IDS)
+SENTENCES = [["▁dog"], ["▁the", "▁dog", "s"], ["▁the", "▁dog", "▁.", "▁dog", "s", "s", "▁."], ["▁dog", "s"] * 4]
+
+
+def fake_step_fn(seed):
+    def step_fn(ids, step, cache):
+        noise = tf.random.stateless_normal([tf.shape(ids)[0], len(OUTPUT_IDS)], seed=[seed, step]) * 5.0
+        return noise + tf.cast(ids[:, None] % 3, tf.float32), cache + 1
+    return step_fn
+
+
+def depth_constraint(sentences, beam_size=1, max_length=40):
+    width = max(len(pieces) for pieces in sentences)
+    pieces = np.zeros([len(sentences), width], np.int32)
+    for row, sentence in enumerate(sentences):
+        pieces[row, :len(sentence)] = [TOKENS.index(piece) for piece in sentence]
+    words = [sum(piece.startswith("▁") for piece in sentence) for sentence in sentences]
+    repeat = lambda x: tf.repeat(tf.constant(np.asarray(x, np.int32)), beam_size, axis=0)  # noqa: E731
+    constraint = DepthConstraint(CLASSES, repeat(words), repeat([max_length] * len(sentences)),
+                                 tf.gather(WORD_STARTS, repeat(pieces)), repeat([len(s) for s in sentences]))
+    return constraint, repeat(pieces)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("seed", range(3))
+def test_decoding_by_word_gives_a_tag_the_word_and_a_depth_token_for_every_word(beam_size, seed):
+    constraint, pieces = depth_constraint(SENTENCES, beam_size)
+    step_fn, cache = constrained_step_fn(fake_step_fn(seed), tf.zeros([len(SENTENCES) * beam_size], tf.int32),
+                                         constraint, OUTPUT_IDS, pieces)
+    result = beam_search(step_fn, cache, len(SENTENCES), beam_size, tf.constant([40] * len(SENTENCES)), 2, 3,
+                         alpha=0.3, num_return=1)
+    ids, _ = answer_ids(result["ids"][:, 0], depth_constraint(SENTENCES)[1], tf.constant(OUTPUT_IDS))
+    for sentence, row in zip(SENTENCES, ids.numpy()):
+        words = "".join(sentence).replace("▁", " ").split()
+        assert list(row).count(3) == 1 and list(row).index(3) == 2 * len(words) - 1 + len(sentence)  # EOS
+        text = "".join(TOKENS[i] for i in row if i not in (0, 3)).replace("▁", " ").strip()
+        assert rebuild_by_word(text, words).words() == words
+
+
+def test_labels_to_trees_reads_tag_and_depth_tokens():
+    sequences = tf.constant(["NP>PRP +1S VBD +1VP DT +1NP NN -2S .", "S+NP>NN", "", "-LRB- +1NP NN +0NP -RRB-"])
+    words = tf.ragged.constant([["I", "saw", "a", "dog", "."], ["Hi"], [], ["(", "a:)", ")"]])
+    assert [tree.decode() for tree in labels_to_trees(sequences, words).numpy()] == [
+        TREE, "(S (NP (NN Hi)))", "", "(NP (-LRB- -LRB-) (NN a:-RRB-) (-RRB- -RRB-))"]
+
+
+@pytest.fixture(scope="module")
+def untrained_depth_parser(tmp_path_factory):
+    """A Parser over an untrained tiny model and a vocabulary of the toy treebank linearized by word."""
+    import sentencepiece
+
+    from keras_transformer.config import DecodeConfig, TransformerConfig
+    from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
+    from keras_transformer.model import Transformer
+    from keras_transformer.parsing.corpus import TreebankCorpus
+    from keras_transformer.parsing.toy_treebank import write_toy_treebank
+
+    paths = write_toy_treebank(tmp_path_factory.mktemp("toy"), sizes={"train": 200})
+    corpus = TreebankCorpus({"train": paths["train"]}, linearization="depth")
+    proto = train_sentencepiece(corpus.training_sentences(), TokenizerSettings(
+        vocab_size=400, user_defined_symbols=corpus.user_defined_symbols()))
+    vocab_size = sentencepiece.SentencePieceProcessor(model_proto=proto).get_piece_size()
+    model = Transformer(TransformerConfig(vocab_size=vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                                          max_length=64))
+    model.build()
+    return Parser(model, proto, DecodeConfig(beam_size=3, alpha=0.3, extra_length=40))
+
+
+def test_an_untrained_depth_parser_answers_trees_over_the_words(untrained_depth_parser):
+    parser = untrained_depth_parser
+    assert parser.by_word and parser.settings()["linearization"] == "depth"
+    sentences = ["the dog saw a cat .", "", "Anna ( laughed ) today", "hello", " ".join(["dog"] * 20)]
+    outputs = parser.parse(tf.constant(sentences))
+    trees = [tree.decode() for tree in outputs["trees"].numpy()]
+    assert trees[1] == "" and outputs["scores"].numpy()[1] == 0.0
+    for sentence, tree in zip(sentences, trees):
+        if sentence:
+            assert parse_tree(tree).words() == sentence.replace("(", "-LRB-").replace(")", "-RRB-").split(), tree
+    assert parser.max_words_and_pieces == 64
+    with pytest.raises(tf.errors.InvalidArgumentError, match="twice its words and its SentencePiece pieces add up "
+                                                             "to more than 64"):
+        parser.parse(tf.constant([" ".join(["dog"] * 22)]))  # 2 x 22 words + 22 pieces
+
+
+def test_a_depth_parser_with_a_tag_dictionary_obeys_it_under_unary_chains(untrained_depth_parser):
+    from keras_transformer.parsing.tag_dictionary import TagDictionary
+
+    dictionary = TagDictionary(words={"the": ("DT",), "saw": ("VBD",), ".": (".",)},
+                               other={"alphanumeric": ("NN", "PRP"), "symbols": ("RB",)})
+    parser = Parser(untrained_depth_parser.model, untrained_depth_parser.sentencepiece_proto,
+                    untrained_depth_parser.decode_config, tag_dictionary=dictionary)
+    sentences = ["the dog saw the cat .", "I saw it"]
+    for sentence, tree in zip(sentences, parser.parse(tf.constant(sentences))["trees"].numpy()):
+        tree = parse_tree(tree.decode())
+        assert tree.words() == sentence.split()
+        for word, tag in zip(tree.words(), tree.tags()):
+            assert tag in dictionary.words.get(word, ("NN", "PRP")), (word, tag)
+
+
+@pytest.mark.slow
+def test_train_parser_by_word_then_parse_its_saved_model(tmp_path):
+    """pipelines.train_parser --linearization depth on the toy treebank: it scores, exports a
+    SavedModel of core and SentencePiece ops only, and pipelines.parse answers trees with it."""
+    from keras_transformer.parsing.toy_treebank import write_toy_treebank
+    from tests.pipelines.test_train_parser import SENTENCES, run_module, train_command
+    from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
+
+    paths = write_toy_treebank(tmp_path / "toy", sizes={"train": 300, "dev": 12, "test": 12})
+    stdout, _ = run_module("pipelines.train_parser", *train_command(paths, tmp_path / "run", tmp_path / "exported", 20),
+                           "--linearization", "depth")
+    assert re.search(r"^test \(20 steps.* 12 sentences, \d+ errors, 0 skipped; 0 answers needed repair$", stdout,
+                     flags=re.M), stdout
+    assert "linearization=depth" in json.loads((tmp_path / "run" / "data_config.json").read_text())["dataset"]
+    listed = json.loads(run_python(LIST_OPS, tmp_path / "exported" / "1").splitlines()[-1])
+    registered = listed["registered"]
+    assert {op for op, in_core in registered.items() if not in_core} == SENTENCEPIECE_OPS
+    assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(line + "\n" for line in SENTENCES))
+    _, stderr = run_module("pipelines.parse", "--model", tmp_path / "exported" / "1", "--input", sentences,
+                           "--output", tmp_path / "trees.txt")
+    assert "0 of 4 answers needed repair" in stderr
+    for sentence, line in zip(SENTENCES, (tmp_path / "trees.txt").read_text().splitlines(), strict=True):
+        assert (parse_tree(line).words() if sentence else line.split()) == (
+            sentence.replace("(", "-LRB-").replace(")", "-RRB-").split())
