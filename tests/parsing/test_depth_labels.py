@@ -17,6 +17,7 @@ from keras_transformer.parsing.depth_labels import (WordLabel, collapse_unaries,
 from keras_transformer.parsing.parser import (DEPTH, END, TAG, DepthConstraint, Parser, answer_ids,
                                               constrained_step_fn, labels_to_trees)
 from keras_transformer.parsing.trees import TreeFormatError, escape_word
+from tests.parsing.test_parser import make_untrained_parser
 
 TREE = "(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"
 
@@ -146,24 +147,7 @@ def test_labels_to_trees_reads_tag_and_depth_tokens():
 
 @pytest.fixture(scope="module")
 def untrained_depth_parser(tmp_path_factory):
-    """A Parser over an untrained tiny model and a vocabulary of the toy treebank linearized by word."""
-    import sentencepiece
-
-    from keras_transformer.config import DecodeConfig, TransformerConfig
-    from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
-    from keras_transformer.model import Transformer
-    from keras_transformer.parsing.corpus import TreebankCorpus
-    from keras_transformer.parsing.toy_treebank import write_toy_treebank
-
-    paths = write_toy_treebank(tmp_path_factory.mktemp("toy"), sizes={"train": 200})
-    corpus = TreebankCorpus({"train": paths["train"]}, linearization="depth")
-    proto = train_sentencepiece(corpus.training_sentences(), TokenizerSettings(
-        vocab_size=400, user_defined_symbols=corpus.user_defined_symbols()))
-    vocab_size = sentencepiece.SentencePieceProcessor(model_proto=proto).get_piece_size()
-    model = Transformer(TransformerConfig(vocab_size=vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
-                                          max_length=64))
-    model.build()
-    return Parser(model, proto, DecodeConfig(beam_size=3, alpha=0.3, extra_length=40))
+    return make_untrained_parser(tmp_path_factory.mktemp("toy"), linearization="depth")
 
 
 def test_an_untrained_depth_parser_answers_trees_over_the_words(untrained_depth_parser):

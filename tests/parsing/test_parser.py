@@ -167,9 +167,11 @@ def test_sequences_to_trees_gives_each_tag_its_word():
         "(NP (-LRB- -LRB-) (NN a:-RRB-) (-RRB- -RRB-))"]
 
 
-@pytest.fixture(scope="module")
-def untrained_parser(tmp_path_factory):
-    """A Parser over an untrained tiny model (64 positions) and a vocabulary of the toy treebank."""
+def make_untrained_parser(directory, linearization="brackets"):
+    """A Parser over an untrained tiny model (64 positions) and a vocabulary of the toy treebank
+    written in `directory`, linearized as `linearization`."""
+    import sentencepiece
+
     from keras_transformer.config import DecodeConfig, TransformerConfig
     from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
     from keras_transformer.model import Transformer
@@ -177,16 +179,20 @@ def untrained_parser(tmp_path_factory):
     from keras_transformer.parsing.parser import Parser
     from keras_transformer.parsing.toy_treebank import write_toy_treebank
 
-    paths = write_toy_treebank(tmp_path_factory.mktemp("toy"), sizes={"train": 200})
-    corpus = TreebankCorpus({"train": paths["train"]})
+    paths = write_toy_treebank(directory, sizes={"train": 200})
+    corpus = TreebankCorpus({"train": paths["train"]}, linearization=linearization)
     proto = train_sentencepiece(corpus.training_sentences(), TokenizerSettings(
         vocab_size=400, user_defined_symbols=corpus.user_defined_symbols()))
-    import sentencepiece
     vocab_size = sentencepiece.SentencePieceProcessor(model_proto=proto).get_piece_size()
     model = Transformer(TransformerConfig(vocab_size=vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
                                           max_length=64))
     model.build()
     return Parser(model, proto, DecodeConfig(beam_size=3, alpha=0.3, extra_length=40))
+
+
+@pytest.fixture(scope="module")
+def untrained_parser(tmp_path_factory):
+    return make_untrained_parser(tmp_path_factory.mktemp("toy"))
 
 
 def test_an_untrained_parser_answers_trees_over_the_words(untrained_parser):
