@@ -2,7 +2,8 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2] [--set FIELD=VALUE ...]
+        [--linearization brackets|depth] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
+        [--set FIELD=VALUE ...]
 
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA) with pipelines.train_parser's
 job (keras_transformer.training.run.train_and_evaluate with the parsing task), stopping after

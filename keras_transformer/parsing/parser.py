@@ -26,6 +26,12 @@ The allowed tags then share the probability the model gives to all the tags allo
 masking the forbidden ones would hand their probability to the brackets too, and a beam search
 that finds the tag the model wanted forbidden would open bracket after bracket instead.
 
+A vocabulary of parsing.depth_labels' tokens (a tag token and a depth token a word, no brackets;
+`--linearization depth`) makes a parser by word: DepthConstraint allows, word by word, a tag token,
+the word's pieces copied, and a depth token but after the last word, then EOS, and the trees are
+built from the labels in TensorFlow ops (depth_labels.trees_from_labels). Its answers have exactly
+2 x words - 1 + pieces tokens and EOS, so the limit is on twice the words plus the pieces.
+
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
   score            as the Translator's: log p(linearized tree | sentence)
