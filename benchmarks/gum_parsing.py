@@ -37,7 +37,8 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
-    parser.add_argument("--linearization", default="brackets", help="brackets or depth (pipelines.train_parser)")
+    parser.add_argument("--linearization", default="brackets", choices=("brackets", "depth"),
+                        help="trees as brackets or one label per word (pipelines.train_parser)")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
     parser.add_argument("--choice-sentences", type=int, default=400,
                         help="dev sentences the candidates are compared on (0: all)")
@@ -189,8 +190,9 @@ def main():
                                     f"{result.step} steps", len(choice))
     (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
                                                           "test": test_scores.__dict__}, indent=2) + "\n")
-    emit(task="gum_parsing", preset=args.preset, linearization=linearization, dev_f1=round(dev_scores.f1, 2), test_f1=round(test_scores.f1, 2),
-         checkpoint=name, test_recall=round(test_scores.recall, 2), test_precision=round(test_scores.precision, 2),
+    emit(task="gum_parsing", preset=args.preset, linearization=linearization, dev_f1=round(dev_scores.f1, 2),
+         test_f1=round(test_scores.f1, 2), checkpoint=name, test_recall=round(test_scores.recall, 2),
+         test_precision=round(test_scores.precision, 2),
          dev_repaired=dev_scores.repaired, test_repaired=test_scores.repaired,
          dev_error_sentences=dev_scores.error_sentences, test_error_sentences=test_scores.error_sentences,
          tag_dictionary=parser_class.keywords["tag_dictionary"] is not None, steps=result.step, budget_minutes=args.minutes,

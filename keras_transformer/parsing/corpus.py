@@ -27,6 +27,12 @@ SPEC_PREFIX = "treebank:"
 LINEARIZATIONS = ("brackets", "depth")
 
 
+def check_linearization(linearization: str) -> str:
+    if linearization not in LINEARIZATIONS:
+        raise ValueError(f"unknown linearization {linearization!r}; expected one of {LINEARIZATIONS}")
+    return linearization
+
+
 class TreebankCorpus(Corpus):
     """Treebank files per split (a path, a directory, or a list of them); "train" is required.
     linearization: "brackets" (the paper's, after Vinyals et al.) or "depth" (one label per word)."""
@@ -36,9 +42,7 @@ class TreebankCorpus(Corpus):
 
     def __init__(self, files: Mapping[str, Union[str, pathlib.Path, Sequence]], name: str = "treebank",
                  linearization: str = "brackets"):
-        if linearization not in LINEARIZATIONS:
-            raise ValueError(f"unknown linearization {linearization!r}; expected one of {LINEARIZATIONS}")
-        self.linearization = linearization
+        self.linearization = check_linearization(linearization)
         unknown = sorted(set(files) - set(SPLITS))
         if unknown or "train" not in files:
             raise ValueError(f"{name}: expected splits among {SPLITS} with 'train'; got {sorted(files)}")
@@ -85,8 +89,7 @@ def treebank_spec(train, validation, test, linearization: str = "brackets") -> s
     def paths(value):
         values = [value] if isinstance(value, (str, pathlib.Path)) else list(value)
         return "+".join(str(pathlib.Path(v).resolve()) for v in values)
-    if linearization not in LINEARIZATIONS:
-        raise ValueError(f"unknown linearization {linearization!r}; expected one of {LINEARIZATIONS}")
+    check_linearization(linearization)
     return (SPEC_PREFIX + ";".join(f"{split}={paths(value)}" for split, value in
                                    (("train", train), ("validation", validation), ("test", test)))
             + ("" if linearization == "brackets" else f";linearization={linearization}"))

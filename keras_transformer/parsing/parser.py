@@ -159,7 +159,6 @@ class TreeConstraint:
                                      batch_dims=1)  # (N,)
         return pieces_left & ((kind == TAG) | ((kind == COPY) & ~next_starts_word))
 
-
     @staticmethod
     def tags(state):
         """(N,) the tags output so far."""
