@@ -121,7 +121,7 @@ def main():
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.data.factory import SHARED_DATA_ENV, shared_data_root
     from keras_transformer.parsing.configs import parsing_configs
-    from keras_transformer.parsing.corpus import TreebankCorpus
+    from keras_transformer.parsing.corpus import TreebankCorpus, parse_spec
     from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
     from keras_transformer.parsing.task import PARSING, parse_scores
     from keras_transformer.training.evaluation import BeamSearchTranslator
@@ -156,7 +156,7 @@ def main():
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
     start = first_wall_time(workdir)
 
-    linearization = PARSING.corpus(configs.data).linearization  # the run's
+    _, linearization = parse_spec(configs.data.dataset)  # the run's
     dev = list(TreebankCorpus({"train": folder / "train.ptb", "validation": folder / "dev.ptb"},
                               linearization=linearization).pairs("validation"))[:args.max_sentences]
     choice = dev[:args.choice_sentences or None]

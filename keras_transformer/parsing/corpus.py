@@ -49,22 +49,26 @@ class TreebankCorpus(Corpus):
         self.name = name
         self.files = {split: treebank_files(paths) for split, paths in files.items()}
         self._symbols = None
-        self._sizes = {split: sum(1 for _ in self.trees(split)) for split in self.files}  # checks every tree
+        # Reads and linearizes every tree: a bad one stops here, naming its file and line.
+        self._sizes = {split: sum(1 for _ in self.trees(split, check=self._sequence)) for split in self.files}
 
-    def trees(self, split: str) -> Iterator[Tree]:
+    def trees(self, split: str, check=None) -> Iterator[Tree]:
+        """The split's trees; check as for read_treebank."""
         check_split(split)
         if split not in self.files:
             raise ValueError(f"{self.name}: no files for split {split!r}; it has {sorted(self.files)}")
-        return read_treebank(self.files[split])
+        return read_treebank(self.files[split], check=check)
 
     def num_pairs(self, split: str) -> int:
         check_split(split)
         return self._sizes[split]
 
+    def _sequence(self, tree: Tree) -> str:
+        return linearize(tree) if self.linearization == "brackets" else linearize_by_word(tree)
+
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:
-        sequence = linearize if self.linearization == "brackets" else linearize_by_word
         for tree in self.trees(split):
-            yield " ".join(tree.words()), sequence(tree)
+            yield " ".join(tree.words()), self._sequence(tree)
 
     def dataset(self, split: str) -> tf.data.Dataset:
         """The pairs, streamed from the files."""
@@ -95,7 +99,8 @@ def treebank_spec(train, validation, test, linearization: str = "brackets") -> s
             + ("" if linearization == "brackets" else f";linearization={linearization}"))
 
 
-def corpus_from_spec(spec: str) -> TreebankCorpus:
+def parse_spec(spec: str) -> tuple[dict, str]:
+    """A treebank spec's files by split and its linearization, without reading any tree."""
     if not spec.startswith(SPEC_PREFIX):
         raise ValueError(f"not a treebank spec (expected '{SPEC_PREFIX}train=...;validation=...;test=...'): {spec!r}")
     files, linearization = {}, "brackets"
@@ -105,6 +110,11 @@ def corpus_from_spec(spec: str) -> TreebankCorpus:
             linearization = value
         else:
             files[key] = value.split("+")
+    return files, linearization
+
+
+def corpus_from_spec(spec: str) -> TreebankCorpus:
+    files, linearization = parse_spec(spec)
     return TreebankCorpus(files, linearization=linearization)
 
 

@@ -64,15 +64,17 @@ def encode(tree: Tree) -> list[WordLabel]:
     """The labels of `tree`'s words, left to right (see the module docstring)."""
     paths, unaries, tags = [], [], []
 
+    def check(node):  # before collapse_unaries joins labels with CHAIN
+        _check(node.label, "part-of-speech tag" if node.is_preterminal else "constituent label")
+        for child in node.children:
+            check(child)
+
     def visit(node, path):
         if node.is_preterminal:
-            _check(node.label, "part-of-speech tag")
             paths.append(path)
             unaries.append("")
             tags.append(node.label)
             return
-        for label in node.label.split(CHAIN):
-            _check(label, "constituent label")
         if len(node.children) == 1:  # over one word only (collapsed: its child is a preterminal)
             visit(node.children[0], path)
             unaries[-1] = node.label
@@ -80,6 +82,7 @@ def encode(tree: Tree) -> list[WordLabel]:
         for child in node.children:
             visit(child, path + [node])
 
+    check(tree)
     visit(collapse_unaries(tree), [])
     labels, previous = [], 0
     for i, tag in enumerate(tags):

@@ -13,7 +13,7 @@ starts and what is wrong, at the first bad tree.
 """
 import os
 import pathlib
-from typing import Iterable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 from keras_transformer.parsing.trees import Tree, TreeFormatError, preprocess, tokenize_brackets, tree_from_tokens
 
@@ -84,17 +84,22 @@ def _tree(tokens, path, line) -> Tree:
         raise TreebankFormatError(f"{path}:{line}: {error}") from None
 
 
-def read_treebank(paths: Union[PathLike, Iterable[PathLike]], raw: bool = False) -> Iterator[Tree]:
+def read_treebank(paths: Union[PathLike, Iterable[PathLike]], raw: bool = False,
+                  check: Optional[Callable[[Tree], object]] = None) -> Iterator[Tree]:
     """The trees of `paths` (files or directories), preprocessed unless raw=True.
 
-    A tree with no words left after preprocessing (only empty elements) is an error too.
+    A tree with no words left after preprocessing (only empty elements) is an error too. check, if
+    given, is called with each tree; the ValueError it raises is raised again naming the file and line.
     """
     for path in treebank_files(paths):
         for line, tree in read_raw_trees(path):
-            if raw:
-                yield tree
-                continue
-            processed = preprocess(tree)
-            if processed is None:
-                raise TreebankFormatError(f"{path}:{line}: the tree has no words (only empty elements)")
-            yield processed
+            if not raw:
+                tree = preprocess(tree)
+                if tree is None:
+                    raise TreebankFormatError(f"{path}:{line}: the tree has no words (only empty elements)")
+            if check is not None:
+                try:
+                    check(tree)
+                except ValueError as error:
+                    raise TreebankFormatError(f"{path}:{line}: {error}") from None
+            yield tree

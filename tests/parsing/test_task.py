@@ -2,7 +2,8 @@
 sentences, and the scores of a set of answers."""
 import pytest
 
-from keras_transformer.parsing.corpus import TreebankCorpus, corpus_from_spec, gold_tree, treebank_spec
+from keras_transformer.parsing.corpus import TreebankCorpus, corpus_from_spec, gold_tree, parse_spec, treebank_spec
+from keras_transformer.parsing.treebank import TreebankFormatError
 from keras_transformer.parsing.task import answer_tree, parse_scores, sequence_of_tree_text
 
 TREES = ["(ROOT (S (NP-SBJ (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .)))",
@@ -29,6 +30,23 @@ def test_treebank_corpus_pairs_symbols_and_spec(treebank):
     assert gold_tree(*next(corpus.pairs("validation"))).to_string() == "(S (VP (VB Go) (ADVP (RB away))) (. !))"
     with pytest.raises(ValueError, match="train"):
         TreebankCorpus({"validation": treebank / "dev.mrg"})
+
+
+def test_a_spec_names_its_files_and_linearization_without_reading_them(tmp_path):
+    spec = treebank_spec(tmp_path / "a.mrg", [tmp_path / "b.mrg", tmp_path / "c.mrg"], tmp_path / "d.mrg", "depth")
+    files, linearization = parse_spec(spec)  # none of the files exists
+    assert linearization == "depth" and files["validation"] == [str(tmp_path / "b.mrg"), str(tmp_path / "c.mrg")]
+    assert parse_spec(treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c"))[1] == "brackets"
+    with pytest.raises(ValueError, match="not a treebank spec"):
+        parse_spec("multi30k")
+
+
+def test_a_label_one_linearization_cannot_hold_names_its_file_and_line(treebank):
+    (treebank / "plus.mrg").write_text(TREES[0] + "\n\n(ROOT (S (NP+X (PRP We)) (VP (VBD left))))\n")
+    files = {"train": treebank / "train.mrg", "validation": treebank / "plus.mrg"}
+    assert TreebankCorpus(files).num_pairs("validation") == 2  # brackets hold "NP+X"
+    with pytest.raises(TreebankFormatError, match=r"plus\.mrg:3: cannot label words with the constituent label 'NP\+X'"):
+        TreebankCorpus(files, linearization="depth")
 
 
 def test_answers_are_trees_over_the_sentence_or_repaired():
