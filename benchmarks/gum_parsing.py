@@ -2,19 +2,21 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--linearization brackets|depth] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
+        [--linearization depth|brackets] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
         [--set FIELD=VALUE ...]
 
-Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA) with pipelines.train_parser's
-job (keras_transformer.training.run.train_and_evaluate with the parsing task), stopping after
---minutes, without the job's own closing evaluation, so that test is decoded once only: dev F1 is
-computed for the averaged weights and the last --candidates checkpoints on the first
---choice-sentences dev sentences (all of dev with 0; a beam of 21 over all 1,575 takes about as
-long as the training, per candidate), the best is written to <workdir>/chosen.weights.h5 (which
-`python -m pipelines.parse --model <workdir>` uses), and only it parses all of dev and test. Prints
-one JSON line: {"task": "gum_parsing", "dev_f1" (all of dev), "test_f1", "checkpoint", ...} (F1 in
-percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1 against training minutes (the
-evaluations during training, on the first run.eval_sentences dev sentences, and the candidates).
+Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA), its trees as one label per
+word unless --linearization brackets (depth was chosen over brackets on GUM dev: README, Parsing),
+with pipelines.train_parser's job (keras_transformer.training.run.train_and_evaluate with the
+parsing task), stopping after --minutes, without the job's own closing evaluation, so that test is
+decoded once only: dev F1 is computed for the averaged weights and the last --candidates checkpoints
+on the first --choice-sentences dev sentences (all of dev with 0; a beam of 21 over all 1,575 takes
+about as long as the training, per candidate), the best is written to <workdir>/chosen.weights.h5
+(which `python -m pipelines.parse --model <workdir>` uses), and only it parses all of dev and test.
+Prints one JSON line: {"task": "gum_parsing", "dev_f1" (all of dev), "test_f1", "checkpoint", ...}
+(F1 in percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1 against training minutes
+(the evaluations during training, on the first run.eval_sentences dev sentences, and the
+candidates).
 
 Running the same command again resumes an interrupted run, for up to --minutes more; with
 --skip-training it chooses and scores the run in --workdir as it stands (a run made before the tag
@@ -37,8 +39,9 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
-    parser.add_argument("--linearization", default="brackets", choices=("brackets", "depth"),
-                        help="trees as brackets or one label per word (pipelines.train_parser)")
+    parser.add_argument("--linearization", default="depth", choices=("brackets", "depth"),
+                        help="trees as one label per word (the default here: chosen on GUM dev, README) "
+                             "or as brackets (pipelines.train_parser's default, the paper's)")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
     parser.add_argument("--choice-sentences", type=int, default=400,
                         help="dev sentences the candidates are compared on (0: all)")
@@ -186,8 +189,8 @@ def main():
     evaluations = scalar_events(workdir / "tensorboard" / "validation", "f1")
     during = [((wall - start) / 60.0, f1) for wall, _, f1 in evaluations]
     png = workdir / "dev_f1.png"
-    plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {args.minutes:g}-minute budget, "
-                                    f"{result.step} steps", len(choice))
+    plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {linearization}, {args.minutes:g}-minute "
+                                    f"budget, {result.step} steps", len(choice))
     (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
                                                           "test": test_scores.__dict__}, indent=2) + "\n")
     emit(task="gum_parsing", preset=args.preset, linearization=linearization, dev_f1=round(dev_scores.f1, 2),
