@@ -285,9 +285,11 @@ class Translator(tf.Module):
         with tf.control_dependencies([check]):
             return tf.identity(alpha)
 
-    # Signatures.
+    # Signatures. The decoding code builds its loops and branches with TensorFlow's own ops
+    # (tf.while_loop, tf.switch_case, tf.where), so AutoGraph has nothing to convert: without it a
+    # first trace of the tiny model's `translate` took 1.7 CPU seconds instead of 5.9, same graph.
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def translate(self, inputs):
         source_ids, is_empty = self._source_ids(inputs)
         ids, scores = self._decode(source_ids, is_empty, self.decode_config.beam_size,
@@ -297,7 +299,7 @@ class Translator(tf.Module):
             translations = translations[:, 0]
         return {"translations": translations, "scores": scores[:, 0]}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
                                   tf.TensorSpec([], tf.int32, name="beam_size"),
                                   tf.TensorSpec([], tf.float32, name="alpha")])
     def translate_nbest(self, inputs, beam_size, alpha):
@@ -309,7 +311,7 @@ class Translator(tf.Module):
         translations, scores = self._detokenize(ids, scores, is_empty)
         return {"translations": translations, "scores": scores}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="source"),
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="source"),
                                   tf.TensorSpec([None], tf.string, name="target")])
     def score(self, source, target):
         with tf.device(HOST):

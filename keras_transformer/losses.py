@@ -44,7 +44,7 @@ def _or_zeros(upstream, like):
     return tf.zeros_like(like) if upstream is None else upstream
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _forward(logits, labels, label_smoothing):
     """(smoothed loss, NLL, logsumexp), each (N,)."""
     log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
@@ -55,7 +55,7 @@ def _forward(logits, labels, label_smoothing):
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll, log_normalizer
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _logits_gradient(logits, labels, log_normalizer, loss_upstream, nll_upstream, label_smoothing):
     """d(sum loss_upstream * loss + nll_upstream * nll) / d logits, (N, V).
 

@@ -137,7 +137,7 @@ class SubwordTokenizer(tf.Module):
         return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32,
                                               nbest_size=-1 if dropout else 0, alpha=dropout or 1.0)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def tokenize(self, texts, dropout: float = 0.0) -> tf.RaggedTensor:
         """(N,) strings -> (N, None) piece ids. With `dropout` > 0 each BPE merge is skipped with that
         probability (BPE-dropout, Provilkov et al., 2020), so a word is split differently at every
@@ -145,7 +145,7 @@ class SubwordTokenizer(tf.Module):
         TensorFlow cannot seed."""
         return self._sentencepiece(dropout).tokenize(texts)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def detokenize(self, ids) -> tf.Tensor:
         return self._sentencepiece().detokenize(ids)
 

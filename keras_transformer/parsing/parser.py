@@ -466,12 +466,14 @@ class Parser(Translator):
 
     translate_nbest = None  # n-best trees are not offered (and a SavedModel holds every tf.function)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    # Without AutoGraph, as the translator's signatures (keras_transformer/export.py): the parsing code
+    # uses TensorFlow's control flow ops itself.
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def parse(self, inputs):
         trees, scores, _ = self._parse(inputs)
         return {"trees": trees, "scores": scores}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def translate(self, inputs):
         """What the training job's evaluations read: the trees as `translations`, and the sequences."""
         trees, scores, sequences = self._parse(inputs)
