@@ -5,7 +5,9 @@ stops the other, and starting both again ends with the uninterrupted weights; ba
 workers that disagree are named before any training.
 
 The subprocess runs are short (STEPS steps of the tiny preset, 5 validation sentences) and share
-their results through module-scoped fixtures. Tolerances are those of the 8-replica test
+their results through module-scoped fixtures. They read the numbers corpus from local files with 10
+test sentences (the README's `--dataset numbers` has 1,000, which a barely trained model translates
+to their maximum length at the end of every run). Tolerances are those of the 8-replica test
 (tests/training/test_distribution.py): the runs sum the same float32 gradients, possibly in
 another order.
 """
@@ -30,6 +32,7 @@ from keras_transformer.training.data_stream import training_stream
 from keras_transformer.training.distribution import ClusterConfigError, read_tf_config
 from tests.readme_run import REPOSITORY, readme_commands
 from tests.training.test_distribution import ATOL, RTOL
+from tests.training.test_resume import corpus_spec  # noqa: F401  (fixture: 2,000 / 10 / 10 numbers pairs)
 
 STEPS = 24
 CHECKPOINT_EVERY = 8
@@ -60,8 +63,9 @@ def _free_ports(count):
     return ports
 
 
-def _start_workers(directory, extra_flags=(), per_worker_flags=None):
-    """The README's worker commands on free ports, writing into directory/workdir; logs in directory."""
+def _start_workers(directory, corpus, extra_flags=(), per_worker_flags=None):
+    """The README's worker commands on free ports, reading the corpus spec `corpus`, writing into
+    directory/workdir; logs in directory."""
     directory.mkdir(parents=True, exist_ok=True)
     commands = readme_worker_commands()
     addresses = [f"localhost:{port}" for port in _free_ports(len(commands))]
@@ -69,8 +73,8 @@ def _start_workers(directory, extra_flags=(), per_worker_flags=None):
     for index, (tf_config, argv) in enumerate(commands):
         tf_config = dict(tf_config, cluster={"worker": addresses})
         export = [] if "--no-export" in extra_flags else ["--export-dir", str(directory / "exported")]
-        flags = [*argv, *TEST_FLAGS, "--workdir", str(directory / "workdir"), *export, *extra_flags,
-                 *(per_worker_flags or {}).get(index, [])]
+        flags = [*argv, *TEST_FLAGS, "--dataset", corpus, "--workdir", str(directory / "workdir"), *export,
+                 *extra_flags, *(per_worker_flags or {}).get(index, [])]
         with open(directory / f"worker{index}.log", "a") as log:
             processes.append(subprocess.Popen(
                 [sys.executable, *flags], cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT,
@@ -86,8 +90,8 @@ def _wait(processes, directory):
     return [(directory / f"worker{index}.log").read_text() for index in range(len(processes))]
 
 
-def _run_workers(directory, extra_flags=()):
-    processes = _start_workers(directory, extra_flags)
+def _run_workers(directory, corpus, extra_flags=()):
+    processes = _start_workers(directory, corpus, extra_flags)
     logs = _wait(processes, directory)
     for process, log in zip(processes, logs):
         assert process.returncode == 0, log[-4000:]
@@ -119,20 +123,20 @@ def _assert_same_checkpoint(got_workdir, expected_workdir, step):
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory):
+def two_workers(tmp_path_factory, corpus_spec):  # noqa: F811
     """The README's two worker commands, uninterrupted: (run directory, [chief log, worker 1 log])."""
     directory = tmp_path_factory.mktemp("two_workers")
-    return directory, _run_workers(directory)
+    return directory, _run_workers(directory, corpus_spec)
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
+def one_process(tmp_path_factory, corpus_spec):  # noqa: F811
     """The same run in one process over 4 logical CPUs (no TF_CONFIG): its workdir."""
     directory = tmp_path_factory.mktemp("one_process")
     (_, argv), _ = readme_worker_commands()
-    # The later of two flags wins: 4 logical CPUs, this workdir.
-    command = [sys.executable, *argv, *TEST_FLAGS, "--cpu-devices", "4", "--workdir", str(directory / "workdir"),
-               "--no-export"]
+    # The later of two flags wins: this corpus, 4 logical CPUs, this workdir.
+    command = [sys.executable, *argv, *TEST_FLAGS, "--dataset", corpus_spec, "--cpu-devices", "4",
+               "--workdir", str(directory / "workdir"), "--no-export"]
     environment = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=DEADLINE_SECONDS,
                             env=dict(environment, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2"))
@@ -206,12 +210,12 @@ def test_the_checkpoints_restore_in_a_single_process(two_workers):
 
 
 @pytest.mark.slow
-def test_a_time_budgets_cooldown_is_the_same_on_every_worker(tmp_path):
+def test_a_time_budgets_cooldown_is_the_same_on_every_worker(tmp_path, corpus_spec):  # noqa: F811
     """With 99.5% of a 10-minute budget for the cooldown (and train_steps far away), it is due after 3
     seconds, at the first steps: each worker's clock and step rate differ, but they agree on where it
     starts and ends (any_worker, mean_over_workers), and stop together, at its end (or at the
     deadline, if the rate so far was too high a guess). Had they not, one would wait for the other."""
-    logs = _run_workers(tmp_path, ["--no-export", "--train-steps", "100000", "--max-train-minutes", "10",
+    logs = _run_workers(tmp_path, corpus_spec, ["--no-export", "--train-steps", "100000", "--max-train-minutes", "10",
                                    "--set", "cooldown_fraction=0.995"])
     planned = [re.findall(r"the time budget's cooldown: .*", log) for log in logs]
     assert len(planned[0]) == 1 and planned[0] == planned[1], logs[0][-3000:]
@@ -251,11 +255,11 @@ def test_each_worker_keeps_its_replicas_share_of_the_stream():
 
 
 @pytest.mark.slow
-def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_path):
+def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_path, corpus_spec):  # noqa: F811
     """SIGKILL worker 1 after the first checkpoint: worker 0 stops with an error saying a worker was
     lost (instead of waiting for ever); the same two commands again end with the uninterrupted weights."""
     reference_workdir = two_workers[0] / "workdir"
-    processes = _start_workers(tmp_path, ["--no-export"])
+    processes = _start_workers(tmp_path, corpus_spec, ["--no-export"])
     deadline = time.monotonic() + DEADLINE_SECONDS
     while not _listed_steps(tmp_path / "workdir"):
         assert all(process.poll() is None for process in processes), (tmp_path / "worker0.log").read_text()[-4000:]
@@ -273,7 +277,7 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_
     saved = _listed_steps(tmp_path / "workdir")[-1]
     assert saved < STEPS, "the kill came after the end of training; nothing to resume"
 
-    logs = _run_workers(tmp_path, ["--no-export"])
+    logs = _run_workers(tmp_path, corpus_spec, ["--no-export"])
     restored = f"restored {checkpoint_directory(tmp_path / 'workdir')}/ckpt-{saved} (step {saved})"
     assert restored in logs[0][len(chief_log):] and restored in logs[1]
     assert _listed_steps(tmp_path / "workdir")[-1] == STEPS
@@ -322,10 +326,10 @@ def test_train_wmt_names_a_bad_tf_config_before_anything_starts(tmp_path):
 
 
 @pytest.mark.slow
-def test_workers_that_disagree_stop_before_training(tmp_path):
+def test_workers_that_disagree_stop_before_training(tmp_path, corpus_spec):  # noqa: F811
     """Worker 1 with another --train-steps and --set dropout_rate: both workers stop with one error
     naming the fields and each worker's value; nothing is trained or saved."""
-    processes = _start_workers(tmp_path, ["--no-export"],
+    processes = _start_workers(tmp_path, corpus_spec, ["--no-export"],
                                per_worker_flags={1: ["--train-steps", "30", "--set", "dropout_rate=0.2"]})
     logs = _wait(processes, tmp_path)
     for process, log in zip(processes, logs):
