@@ -7,7 +7,6 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data import NumbersCorpus
 from keras_transformer.export import restore_checkpoint
 from keras_transformer.model import Transformer
 from keras_transformer.training.averaging import average_run
@@ -20,6 +19,7 @@ from keras_transformer.training.run_config import apply_overrides, preset_config
 from keras_transformer.training.summaries import TrainingMonitor
 from keras_transformer.training.training_model import TrainingTransformer
 from pipelines import average_checkpoints, train_wmt
+from tests.numbers_files import write_numbers_spec
 
 CONFIG = TransformerConfig.from_preset("tiny", vocab_size=30)
 # (step, validation loss): the best is 40, then 50; no improvement after 40.
@@ -238,13 +238,9 @@ class _Killed(Exception):
 
 @pytest.fixture
 def numbers_spec(tmp_path):
-    """A local corpus spec of the numbers corpus: 2,000 training pairs, 10 validation and test pairs."""
-    corpus = NumbersCorpus(num_train=2000, num_validation=10, num_test=10, seed=0, reverse=True)
-    files = {}
-    for split in ("train", "validation", "test"):
-        files[split] = tmp_path / f"{split}.tsv"
-        files[split].write_text("".join(f"{s}\t{t}\n" for s, t in corpus.pairs(split)), encoding="utf-8")
-    return ";".join(f"{split}={path}" for split, path in files.items())
+    """A local corpus spec of the numbers corpus (German -> English): 2,000 training pairs, 10 validation
+    and test pairs."""
+    return write_numbers_spec(tmp_path, reverse=True)
 
 
 @pytest.mark.slow

@@ -22,12 +22,12 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data import NumbersCorpus
 from keras_transformer.model import Transformer
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, checkpoint_directory,
                                                       checkpoint_step)
 from keras_transformer.training.data_stream import DataPosition
 from keras_transformer.training.training_model import TrainingTransformer
+from tests.numbers_files import write_numbers_spec
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 TRAIN_STEPS = 60
@@ -38,15 +38,8 @@ DEADLINE_SECONDS = 900
 
 @pytest.fixture(scope="module")
 def corpus_spec(tmp_path_factory):
-    """A local corpus spec (English TAB German files) for --dataset."""
-    directory = tmp_path_factory.mktemp("corpus")
-    corpus = NumbersCorpus(num_train=2000, num_validation=10, num_test=10, seed=0)
-    files = {}
-    for split in ("train", "validation", "test"):
-        files[split] = directory / f"{split}.tsv"
-        files[split].write_text("".join(f"{source}\t{target}\n" for source, target in corpus.pairs(split)),
-                                encoding="utf-8")
-    return ";".join(f"{split}={path}" for split, path in files.items())
+    """A local corpus spec (English TAB German files) for --dataset: 2,000 / 10 / 10 numbers pairs."""
+    return write_numbers_spec(tmp_path_factory.mktemp("corpus"))
 
 
 def _command(corpus_spec, run_directory, train_steps=TRAIN_STEPS, precision="off", export=False):
