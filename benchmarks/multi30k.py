@@ -1,7 +1,7 @@
 """Multi30k en->de on this machine: train for a fixed time, pick a checkpoint on val, report sacreBLEU.
 
     python benchmarks/multi30k.py [--minutes 60] [--preset small_data] [--workdir runs/multi30k-small_data]
-        [--candidates 5] [--beams 4 5] [--alphas 0.6 1.0] [--max-sentences N] [--threads 2]
+        [--candidates 5] [--beams 4 5] [--alphas 0.6 1.0 1.4] [--max-sentences N] [--threads 2]
         [--set FIELD=VALUE ...]
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
@@ -49,8 +49,8 @@ def parse_args():
     parser.add_argument("--beams", type=int, nargs="+", default=[4, 5],
                         help="beam sizes tried on val with the chosen checkpoint (the checkpoint is chosen at "
                              "the run's decode config: the paper's beam 4, alpha 0.6)")
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0],
-                        help="length penalties tried on val with each of --beams")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0, 1.4],
+                        help="length penalties tried on val with each of --beams (1.4: README, Results)")
     parser.add_argument("--threads", type=int, default=2, help="intra- and inter-op threads")
     parser.add_argument("--onednn", type=int, choices=(0, 1), default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
