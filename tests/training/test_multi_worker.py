@@ -215,8 +215,8 @@ def test_a_time_budgets_cooldown_is_the_same_on_every_worker(tmp_path, corpus_sp
     seconds, at the first steps: each worker's clock and step rate differ, but they agree on where it
     starts and ends (any_worker, mean_over_workers), and stop together, at its end (or at the
     deadline, if the rate so far was too high a guess). Had they not, one would wait for the other."""
-    logs = _run_workers(tmp_path, corpus_spec, ["--no-export", "--train-steps", "100000", "--max-train-minutes", "10",
-                                   "--set", "cooldown_fraction=0.995"])
+    logs = _run_workers(tmp_path, corpus_spec, ["--no-export", "--train-steps", "100000", "--max-train-minutes",
+                                                "10", "--set", "cooldown_fraction=0.995"])
     planned = [re.findall(r"the time budget's cooldown: .*", log) for log in logs]
     assert len(planned[0]) == 1 and planned[0] == planned[1], logs[0][-3000:]
     stops = [re.findall(r"(?:the learning rate's cooldown ended|the training time limit is reached) at step \d+", log)

@@ -21,9 +21,10 @@ from keras_transformer.training.run_config import RunConfigs
 from tests.numbers_files import write_numbers_spec
 from tests.training.test_resume import DEADLINE_SECONDS, REPOSITORY
 
-# About 1.5 epochs of 900 pairs of numbers below 10,000: full batches and each epoch's last ones, in 3
-# bucket shapes, each met more than once. (XLA compiles the whole step for each shape: the 2,000 pairs
-# of numbers below a million of tests/training/test_resume.py gave 10 shapes in 16 steps.)
+# About 2.7 epochs of 900 pairs of numbers below 10,000, 3 batches an epoch: full batches and each
+# epoch's last one, in 3 bucket shapes, each met more than once. (XLA compiles the whole step for each
+# shape: the 2,000 pairs of numbers below a million of tests/training/test_resume.py gave 10 shapes in
+# 16 steps.)
 TRAIN_STEPS = 8
 
 
