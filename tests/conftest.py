@@ -55,12 +55,14 @@ def _cpu_seconds():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With KT_TEST_CPU_LOG=FILE, appends "CPU seconds<TAB>wall seconds<TAB>test id" for each test
-    (set-up, call and teardown, its subprocesses included): what a test costs the suite on a shared
-    machine, where wall time depends on what the other pytest-xdist process runs meanwhile."""
+    """With KT_TEST_CPU_LOG=FILE, appends "CPU seconds<TAB>wall seconds<TAB>test id<TAB>pytest-xdist
+    process<TAB>start (Unix time)" for each test (set-up, call and teardown, its subprocesses
+    included): what a test costs the suite on a shared machine, where wall time depends on what the
+    other pytest-xdist process runs meanwhile, and when it ran there (the suite's timeline)."""
     path = os.environ.get("KT_TEST_CPU_LOG")
-    cpu, wall = _cpu_seconds(), time.monotonic()
+    cpu, wall, start = _cpu_seconds(), time.monotonic(), time.time()
     yield
     if path:
         with open(path, "a") as log:
-            log.write(f"{_cpu_seconds() - cpu:.1f}\t{time.monotonic() - wall:.1f}\t{item.nodeid}\n")
+            log.write(f"{_cpu_seconds() - cpu:.1f}\t{time.monotonic() - wall:.1f}\t{item.nodeid}\t"
+                      f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\t{start:.1f}\n")
