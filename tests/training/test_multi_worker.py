@@ -1,18 +1,22 @@
-"""Several workers on localhost: the README's two TF_CONFIG commands (2 workers x 2 logical CPUs) end
-with the weights of one process over 4 logical CPUs; each worker keeps its replicas' share of the
-stream; only the chief writes the run; its checkpoints restore in a single process; a killed worker
-stops the other, and starting both again ends with the uninterrupted weights; bad TF_CONFIGs and
-workers that disagree are named before any training.
+"""Several workers on localhost: the README's two TF_CONFIG commands (2 workers x 2 logical CPUs),
+worker 1 killed after the first checkpoint: the other stops, and starting both again ends with the
+weights of one uninterrupted process over 4 logical CPUs (every checkpoint, before the kill and
+after); each worker keeps its replicas' share of the stream; only the chief writes the run; its
+checkpoints restore in a single process; bad TF_CONFIGs and workers that disagree are named before
+any training.
 
 The subprocess runs are short (STEPS steps of the tiny preset, 5 validation sentences) and share
-their results through module-scoped fixtures. They read the numbers corpus from local files with 10
+their results through module-scoped fixtures: one cluster run is killed and resumed, which covers
+what an uninterrupted one does (its checkpoints before the kill are compared too). They read the numbers corpus from local files with 10
 test sentences (the README's `--dataset numbers` has 1,000, which a barely trained model translates
 to their maximum length at the end of every run). Tolerances are those of the 8-replica test
 (tests/training/test_distribution.py): the runs sum the same float32 gradients, possibly in
 another order.
 """
+import dataclasses
 import json
 import os
+import pathlib
 import re
 import shlex
 import signal
@@ -122,11 +126,39 @@ def _assert_same_checkpoint(got_workdir, expected_workdir, step):
             np.testing.assert_array_equal(got_value, expected_value, err_msg=name)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterRun:
+    """The README's two worker commands, worker 1 killed after the first checkpoint, then both again."""
+    directory: pathlib.Path
+    killed_chief_log: str  # the first start's
+    killed_chief_returncode: int
+    saved: int  # the first start's last checkpoint
+    logs: list  # [chief, worker 1]: the second start's
+    chief_pids: tuple  # of both starts
+
+
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory, corpus_spec):  # noqa: F811
-    """The README's two worker commands, uninterrupted: (run directory, [chief log, worker 1 log])."""
+    """The README's two worker commands: SIGKILL worker 1 once the first checkpoint is listed, then the
+    same two commands again, which go on from the last checkpoint to the end, and export."""
     directory = tmp_path_factory.mktemp("two_workers")
-    return directory, _run_workers(directory, corpus_spec)
+    processes = _start_workers(directory, corpus_spec)
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not _listed_steps(directory / "workdir"):
+        assert all(process.poll() is None for process in processes), (directory / "worker0.log").read_text()[-4000:]
+        assert time.monotonic() < deadline, "no checkpoint before the deadline"
+        time.sleep(0.1)
+    processes[1].send_signal(signal.SIGKILL)
+    # TensorFlow sees the dropped connection at once, a silent worker by its missing heartbeats, and
+    # the collective timeout (120 s) bounds any other wait; the deadline only guards the test.
+    killed_logs = _wait(processes, directory)
+    saved = _listed_steps(directory / "workdir")[-1]
+    restarted = _start_workers(directory, corpus_spec)
+    logs = [log[len(before):] for log, before in zip(_wait(restarted, directory), killed_logs)]
+    for process, log in zip(restarted, logs):
+        assert process.returncode == 0, log[-4000:]
+    return ClusterRun(directory, killed_logs[0], processes[0].returncode, saved, logs,
+                      (processes[0].pid, restarted[0].pid))
 
 
 @pytest.fixture(scope="module")
@@ -155,35 +187,53 @@ def test_the_readme_commands_are_two_workers_of_one_cluster():
 
 @pytest.mark.slow
 def test_two_workers_end_with_the_weights_of_one_process_over_four_devices(two_workers, one_process):
-    directory, logs = two_workers
-    workdir = directory / "workdir"
-    assert _listed_steps(workdir) == _listed_steps(one_process) == list(range(CHECKPOINT_EVERY, STEPS + 1,
-                                                                              CHECKPOINT_EVERY))
-    for step in _listed_steps(workdir):
+    """Every checkpoint of the cluster, the first start's and the second's, holds the weights (and
+    everything else) of the uninterrupted single process at that step."""
+    workdir = two_workers.directory / "workdir"
+    steps = list(range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY))
+    assert _listed_steps(workdir) == _listed_steps(one_process) == steps
+    for step in steps:
         _assert_same_checkpoint(workdir, one_process, step)
     cooldown = [float(_checkpoint(workdir, STEPS).get_tensor(f"cooldown/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
                 for name in ("start", "end")]
     assert cooldown == [STEPS * 0.75, STEPS]
     # Both workers report the loss of the whole cluster (the mean over the 4 replicas), the same.
-    losses = [re.findall(rf"^{STEPS}/{STEPS} - .* - loss: (\S+)", log, re.MULTILINE) for log in logs]
+    remaining = STEPS - two_workers.saved
+    losses = [re.findall(rf"^{remaining}/{remaining} - .* - loss: (\S+)", log, re.MULTILINE) for log in two_workers.logs]
     assert losses[0] and losses[0] == losses[1]
 
 
 @pytest.mark.slow
+def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers):
+    """The chief stops with an error saying a worker was lost (instead of waiting for ever); started
+    again, both workers restore the last checkpoint."""
+    chief_log = two_workers.killed_chief_log
+    assert two_workers.killed_chief_returncode == 1, chief_log[-4000:]
+    assert re.search(r"^error: a worker of the cluster was lost at step \d+ .*start every worker again to resume",
+                     chief_log, re.MULTILINE), chief_log[-4000:]
+    assert two_workers.saved < STEPS, "the kill came after the end of training; nothing to resume"
+    saved, workdir = two_workers.saved, two_workers.directory / "workdir"
+    restored = f"restored {checkpoint_directory(workdir)}/ckpt-{saved} (step {saved})"
+    assert all(restored in log for log in two_workers.logs), two_workers.logs[0][-4000:]
+
+
+@pytest.mark.slow
 def test_only_the_chief_writes_the_run(two_workers):
-    directory, (chief_log, worker_log) = two_workers
+    directory, (chief_log, worker_log) = two_workers.directory, two_workers.logs
     workdir = directory / "workdir"
     assert sorted(path.name for path in (directory / "exported").iterdir()) == ["1"]  # one export, the chief's
     assert (workdir / "averaged.weights.h5").is_file() and (workdir / "test_scores.json").is_file()
     assert re.search(r"^SavedModel: ", chief_log, re.MULTILINE) and re.search(r"^test \(", chief_log, re.MULTILINE)
     assert "SavedModel" not in worker_log and not re.search(r"^test \(", worker_log, re.MULTILINE)
     assert "averaged" not in worker_log
-    for kind in ("train", "validation"):  # one writer: the chief's
-        assert len(list((workdir / "tensorboard" / kind).glob("events.out.tfevents.*"))) == 1
-    # Worker 1 saved at every checkpoint step, into its temporary folder, deleted after each save.
+    for kind in ("train", "validation"):  # one writer, the chief: one event file per start (events.out.
+        paths = (workdir / "tensorboard" / kind).glob("events.out.tfevents.*")  # tfevents.TIME.HOST.PID.N.v2)
+        pids = [int(re.fullmatch(r".*\.(\d+)\.\d+\.v2", path.name).group(1)) for path in paths]
+        assert sorted(pids) == sorted(two_workers.chief_pids), pids
+    # Worker 1 saved at every checkpoint step after the restart, into its temporary folder, deleted after each save.
     scratch = checkpoint_directory(workdir) / "workertemp_1"
-    assert re.findall(r"checkpointing: saved (\S+)", worker_log) == [f"{scratch}/ckpt-{step}"
-                                                      for step in range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)]
+    assert re.findall(r"checkpointing: saved (\S+)", worker_log) == [
+        f"{scratch}/ckpt-{step}" for step in range(two_workers.saved + CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)]
     # No scratch folder is left; best/ holds the chief's links to the best checkpoint by validation loss.
     assert sorted(path.name for path in checkpoint_directory(workdir).iterdir() if path.is_dir()) == ["best"]
     assert [path.name for path in (checkpoint_directory(workdir) / "best").glob("*.index")] == [f"ckpt-{STEPS}.index"]
@@ -193,7 +243,7 @@ def test_only_the_chief_writes_the_run(two_workers):
 @pytest.mark.slow
 def test_the_checkpoints_restore_in_a_single_process(two_workers):
     """pipelines.evaluate and pipelines.export, without TF_CONFIG, on the cluster's workdir."""
-    directory, _ = two_workers
+    directory = two_workers.directory
     environment = dict({key: value for key, value in os.environ.items() if key != "TF_CONFIG"},
                        PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
     workdir = directory / "workdir"
@@ -252,36 +302,6 @@ def test_each_worker_keeps_its_replicas_share_of_the_stream():
     assert shares[1] == [whole[i] for i in range(16) if i % 4 in (2, 3)]
     assert sorted(shares[0] + shares[1]) == sorted(whole) and len(set(whole)) == 16
     assert whole[0] == (0, 0, 3)  # a restarted stream skips the consumed batches before it is shared
-
-
-@pytest.mark.slow
-def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers, tmp_path, corpus_spec):  # noqa: F811
-    """SIGKILL worker 1 after the first checkpoint: worker 0 stops with an error saying a worker was
-    lost (instead of waiting for ever); the same two commands again end with the uninterrupted weights."""
-    reference_workdir = two_workers[0] / "workdir"
-    processes = _start_workers(tmp_path, corpus_spec, ["--no-export"])
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not _listed_steps(tmp_path / "workdir"):
-        assert all(process.poll() is None for process in processes), (tmp_path / "worker0.log").read_text()[-4000:]
-        assert time.monotonic() < deadline, "no checkpoint before the deadline"
-        time.sleep(0.1)
-    processes[1].send_signal(signal.SIGKILL)
-    # TensorFlow sees the dropped connection at once, a silent worker by its missing heartbeats, and
-    # the collective timeout (120 s) bounds any other wait; the deadline only guards the test.
-    processes[0].wait(timeout=DEADLINE_SECONDS)
-    processes[1].wait(timeout=DEADLINE_SECONDS)
-    chief_log = (tmp_path / "worker0.log").read_text()
-    assert processes[0].returncode == 1, chief_log[-4000:]
-    assert re.search(r"^error: a worker of the cluster was lost at step \d+ .*start every worker again to resume",
-                     chief_log, re.MULTILINE), chief_log[-4000:]
-    saved = _listed_steps(tmp_path / "workdir")[-1]
-    assert saved < STEPS, "the kill came after the end of training; nothing to resume"
-
-    logs = _run_workers(tmp_path, corpus_spec, ["--no-export"])
-    restored = f"restored {checkpoint_directory(tmp_path / 'workdir')}/ckpt-{saved} (step {saved})"
-    assert restored in logs[0][len(chief_log):] and restored in logs[1]
-    assert _listed_steps(tmp_path / "workdir")[-1] == STEPS
-    _assert_same_checkpoint(tmp_path / "workdir", reference_workdir, STEPS)
 
 
 @pytest.mark.parametrize("text, field", [
