@@ -92,3 +92,12 @@ def test_subword_dropout_splits_the_streamed_pairs_anew(corpus_and_tokenizer):
     texts = tokenizer.detokenize(tf.ragged.constant([list(row) for row in sources(dropped)])).numpy()
     assert sorted(texts) == sorted(source.encode() for source, _ in corpus.pairs("train"))
     assert len(set(sources(dropped)) - set(sources(plain))) > NUM_PAIRS // 2
+
+
+def test_the_stream_has_no_autotuning_model_thread(corpus_and_tokenizer):
+    """Its iterator must be destroyed at once at the end of each model.fit call: with tf.data's
+    autotuning model, the README's first command sat idle 36 s there (data_stream._without_autotune_model)."""
+    corpus, tokenizer = corpus_and_tokenizer
+    for accumulate_steps in (1, 4):
+        stream = training_stream(corpus, tokenizer, CONFIG, accumulate_steps=accumulate_steps)
+        assert stream.options().autotune.enabled is False
