@@ -6,6 +6,7 @@ Masks are booleans, True meaning "may attend". Attention layers turn them into a
 import tensorflow as tf
 
 from keras_transformer.config import PAD_ID
+from keras_transformer.shapes import dimension
 
 
 def padding_mask(ids, pad_id=PAD_ID):
@@ -47,7 +48,7 @@ def cached_beam_mask(beams, step):
 
     beams: int (B, W, L), the beam slot holding each position of each hypothesis' prefix.
     """
-    beam_size = beams.shape[1]
+    beam_size = dimension(beams, 1)
     shape = tf.shape(beams)
     holds_prefix = tf.equal(beams[..., None], tf.range(beam_size, dtype=beams.dtype))  # (B, W, L, W)
     mask = tf.logical_and(holds_prefix, cached_causal_mask(shape[2], step)[..., None])

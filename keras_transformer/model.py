@@ -11,6 +11,7 @@ from keras_transformer.layers.positional import LearnedPositionalEmbedding, Sinu
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.schedule import paper_optimizer
+from keras_transformer.shapes import dimension
 
 
 def _even_sizes(total, parts):
@@ -119,7 +120,8 @@ class Transformer(keras.Model):
         """Everything keras_transformer.decoding needs to translate `source_ids` (B, S).
 
         Encodes once, computes every decoder layer's encoder-decoder keys and values once per
-        sentence, and returns (step_fn, initial_cache): step_fn(ids (B*W,), step, cache) ->
+        sentence, and returns (step_fn, initial_cache) for W = beam_size (a Python int, or an int32
+        scalar tensor for a width chosen when the graph runs): step_fn(ids (B*W,), step, cache) ->
         (logits (B*W, V) float32, cache) feeds one target position of W hypotheses per sentence
         (batch-major) through the cached decoder; its `reorder_cache` moves only the rows' prefix
         slots (Decoder.reorder_cache), never the keys and values. cache_length (L) is the most
@@ -128,10 +130,10 @@ class Transformer(keras.Model):
         parallel_groups (G, default 1): cut the sentences into G groups of consecutive ones, each
         encoded and decoded by its own ops, and the output projection into G vocabulary blocks
         (the logits come as a list of G blocks (B*W, V/G), see keras_transformer.decoding, unless
-        a block would have fewer than the 2W columns beam search needs): G chains of independent
-        ops that TensorFlow runs at once, one per inter-op thread. The results are those of G = 1.
-        It pays off when an op gains little from several threads, as a decoding step's small
-        matrix products do: on 2 cores, G = 2 with 1 intra-op and 2 inter-op threads
+        a block would have fewer than the 2W columns beam search needs, or W is a tensor): G chains
+        of independent ops that TensorFlow runs at once, one per inter-op thread. The results are
+        those of G = 1. It pays off when an op gains little from several threads, as a decoding
+        step's small matrix products do: on 2 cores, G = 2 with 1 intra-op and 2 inter-op threads
         (benchmarks/decode.py --parallel-groups 2; README, "Speed on a CPU"). With more intra-op
         threads per group than its share of the cores, the groups compete for them.
 
@@ -144,7 +146,7 @@ class Transformer(keras.Model):
         cache_length = cache_length if cache_length is not None else self.config.max_length
         if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
             raise ValueError(f"parallel_groups must be an integer >= 1; got {parallel_groups!r}")
-        sentences = source_ids.shape[0] if source_ids.shape[0] is not None else tf.shape(source_ids)[0]
+        sentences = dimension(source_ids, 0)
         # Group g holds sentences [starts[g], starts[g] + sizes[g]); sizes differ by at most 1.
         sizes = _even_sizes(sentences, parallel_groups)
         starts = [sum(sizes[:g]) for g in range(parallel_groups)]
@@ -154,8 +156,9 @@ class Transformer(keras.Model):
         if output_ids is not None:
             output_ids = tf.convert_to_tensor(output_ids, tf.int32)
             output_kernels = [tf.gather(self.output_embedding.transposed_embeddings(dtype), output_ids, axis=1)]
-        elif parallel_groups > 1 and self.config.vocab_size // parallel_groups >= 2 * beam_size:
-            # Blocks of at least 2W columns each (the beam search's need).
+        elif (parallel_groups > 1 and isinstance(beam_size, int)
+              and self.config.vocab_size // parallel_groups >= 2 * beam_size):
+            # Blocks of at least 2W columns each (the beam search's need); W known when traced.
             output_kernels = self.output_embedding.transposed_embeddings(
                 dtype, _even_sizes(self.config.vocab_size, parallel_groups))  # [(D, V_i)], made once
         else:

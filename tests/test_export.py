@@ -590,6 +590,7 @@ def test_exported_graph_uses_only_core_tensorflow_and_sentencepiece_ops_with_cpu
         outside_core = {op for op, in_core in registered.items() if not in_core}
         assert outside_core == SENTENCEPIECE_OPS, f"{precision}: ops outside core TensorFlow: {sorted(outside_core)}"
         assert not set(registered) & PYTHON_OPS
-        assert {"While", "TopKV2", "Case"} <= set(registered)  # the decoders are in the graph
+        assert {"While", "TopKV2"} <= set(registered)  # the decoders are in the graph,
+        assert {"If", "StatelessIf"} & set(registered)  # translate_nbest's choice between greedy and beam
         assert result["without_cpu_kernel"] == [], f"{precision}: nodes without a CPU kernel for their types"
         assert set(result["float_types"]) == FLOAT_TYPES[precision]

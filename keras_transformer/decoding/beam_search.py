@@ -68,14 +68,16 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
       initial_cache: nested structure of tensors with leading dimension B * W (any shapes if
         step_fn has its own reorder_cache).
       batch_size: B, Python int or int32 scalar tensor.
-      beam_size: W, Python int (a shape; trace once per beam size).
+      beam_size: W, a Python int (one trace per width), or an int32 scalar tensor >= 2 (one trace
+        for every width, chosen when the graph runs: the widths of translate_nbest). Greedy
+        decoding, below, needs W = 1 as a Python int.
       max_lengths: int32 (B,), maximum output length of each sentence, EOS included.
       bos_id, eos_id: int token ids.
       alpha: length-penalty exponent, >= 0 (float or float32 scalar tensor); 0 ranks by log-prob.
       max_length: loop bound and output width T, Python int or int32 scalar tensor; defaults to
         max(max_lengths); per-sentence maxima above it are clipped. A Python int under XLA.
       num_return: R, Python int, how many hypotheses to return per sentence, 1 <= R <= W;
-        defaults to W.
+        defaults to W (the only choice when W is a tensor).
       min_length: optional int: EOS is forbidden while the output would be shorter than this
         (EOS included); the per-sentence maximum still wins over it.
 
@@ -85,15 +87,20 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
         scores: float32 (B, R), sum of log-probabilities / lp(length);
         lengths: int32 (B, R), number of tokens, EOS included.
     """
-    try:
-        beam_size = operator.index(beam_size)
-        num_return = beam_size if num_return is None else operator.index(num_return)
-    except TypeError as error:
-        raise TypeError("beam_size and num_return are shapes: Python ints (trace one function per "
-                        f"value), got {beam_size!r} and {num_return!r}") from error
-    if not 1 <= num_return <= beam_size:
-        raise ValueError(f"num_return must be in [1, beam_size={beam_size}], got {num_return}")
-    if beam_size == 1:
+    if isinstance(beam_size, tf.Tensor):
+        if num_return is not None:
+            raise ValueError("num_return must be left to its default (W) when beam_size is a tensor")
+        beam_size = num_return = tf.ensure_shape(tf.cast(beam_size, tf.int32), [])
+    else:
+        try:
+            beam_size = operator.index(beam_size)
+            num_return = beam_size if num_return is None else operator.index(num_return)
+        except TypeError as error:
+            raise TypeError("beam_size and num_return must be Python ints (or beam_size an int32 scalar "
+                            f"tensor), got {beam_size!r} and {num_return!r}") from error
+        if not 1 <= num_return <= beam_size:
+            raise ValueError(f"num_return must be in [1, beam_size={beam_size}], got {num_return}")
+    if isinstance(beam_size, int) and beam_size == 1:
         greedy = greedy_decode(step_fn, initial_cache, batch_size, max_lengths, bos_id, eos_id,
                                max_length=max_length, min_length=min_length)
         scores = greedy["scores"] / length_penalty(greedy["lengths"], alpha)
@@ -180,6 +187,10 @@ def beam_search(step_fn, initial_cache, batch_size, beam_size, max_lengths, bos_
         tf.zeros([batch_size, num_return], tf.int32),
         tf.zeros([batch_size], tf.bool),
     )
-    outputs = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_length)
+    shape_invariants = None
+    if not isinstance(beam_size, int):  # rows (B * W) have no static count, whatever the caller's cache says
+        shape_invariants = tf.nest.map_structure(
+            lambda t: t.shape if t.shape.rank == 0 else tf.TensorShape([None]).concatenate(t.shape[1:]), loop_vars)
+    outputs = tf.while_loop(cond, body, loop_vars, shape_invariants=shape_invariants, maximum_iterations=max_length)
     finished_seq, finished_scores, finished_lengths = outputs[5:8]
     return {"ids": finished_seq, "scores": finished_scores, "lengths": finished_lengths}

@@ -7,6 +7,8 @@ never concatenated). Only (N, k) candidates per block and one normaliser per blo
 """
 import tensorflow as tf
 
+from keras_transformer.shapes import dimension
+
 NEG_INF = float("-inf")
 
 
@@ -24,10 +26,21 @@ def blockwise_top_k(values, k, block_size=128):
     entries ranks among the k best blocks by their best entry (each block ranked above it holds an
     entry ranked above that one), so top_k runs over the (N, C / block_size) block maxima, then
     over the k chosen blocks, taken in row order so that ties still go to the lower index.
+
+    It is used when 2 * k * block_size <= C. k: a Python int, or an int32 scalar tensor (a beam
+    width chosen at run time), for which a tf.cond checks that condition when the graph runs.
     """
     num_columns = values.shape[-1]
-    if num_columns is None or num_columns < 2 * k * block_size:
+    if num_columns is None or num_columns < 2 * block_size:
         return tf.math.top_k(values, k=k)
+    if isinstance(k, int):
+        return _blocks_top_k(values, k, block_size) if 2 * k * block_size <= num_columns else tf.math.top_k(values, k=k)
+    return tf.cond(2 * k * block_size <= num_columns, lambda: _blocks_top_k(values, k, block_size),
+                   lambda: tuple(tf.math.top_k(values, k=k)))
+
+
+def _blocks_top_k(values, k, block_size):
+    num_columns = values.shape[-1]
     padding = -num_columns % block_size
     if padding:
         values = tf.pad(values, [[0, 0], [0, padding]], constant_values=NEG_INF)
@@ -42,8 +55,8 @@ def blockwise_top_k(values, k, block_size=128):
 
 
 def _block_top_k(block, k):
-    """(values (N, k), column indices (N, k)) of one block; k = 1 is an argmax."""
-    if k == 1:
+    """(values (N, k), column indices (N, k)) of one block; k = 1 (a Python int) is an argmax."""
+    if isinstance(k, int) and k == 1:
         ids = tf.argmax(block, axis=-1, output_type=tf.int32)  # (N,)
         return tf.gather(block, ids, batch_dims=1)[:, None], ids[:, None]
     return blockwise_top_k(block, k)
@@ -59,7 +72,7 @@ def top_k(blocks, k):
         block_best.append(block_ids[:, 0])
         values.append(block_values)
         ids.append(block_ids + start)
-        start += block.shape[-1] if block.shape[-1] is not None else tf.shape(block)[-1]
+        start += dimension(block, -1)
     if len(blocks) == 1:
         return values[0], ids[0], block_best
     # Candidates in block order, each block's sorted: top_k's ties go to the earlier block.

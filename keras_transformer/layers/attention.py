@@ -4,6 +4,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # whether a function is traced for XLA
 
 from keras_transformer import masking
+from keras_transformer.shapes import dimension
 
 
 def dense(x, kernel, bias):
@@ -53,7 +54,7 @@ def write_slots(buffer, rows, values):
     updates in place a scatter into a loop variable.
     """
     shape = tf.shape(buffer)
-    flat = tf.reshape(buffer, (-1, values.shape[-1]))
+    flat = tf.reshape(buffer, (-1, dimension(values, -1)))
     if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
         flat = tf.tensor_scatter_nd_update(flat, rows[:, None], values)
     else:
@@ -193,7 +194,7 @@ class MultiHeadAttention(keras.layers.Layer):
         passed in is consumed (write_slots).
         """
         h, k, v = self.num_heads, self.key_dim, self.value_dim
-        beam_size = cache["value"].shape[3]
+        beam_size = dimension(cache["value"], 3)
         cache_shape = tf.shape(cache["value"])
         sentences, cache_length = cache_shape[0], cache_shape[2]
         step = tf.cast(step, tf.int32)

@@ -3,6 +3,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.shapes import dimension
+
 
 def sinusoid_table(max_length, d_model):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (max_length, d_model)."""
@@ -29,7 +31,7 @@ class _PositionalBase(keras.layers.Layer):
     def call(self, x, start=0):
         self._check_length(x, start)
         # A gather, not a slice: XLA gives a slice with a dynamic start a padded, bounded shape.
-        indices = start + tf.range(x.shape[1] if x.shape[1] is not None else tf.shape(x)[1])
+        indices = start + tf.range(dimension(x, 1))
         return x + tf.cast(tf.gather(self.position_table(), indices), x.dtype)[None]
 
     def get_config(self):

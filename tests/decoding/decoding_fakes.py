@@ -93,9 +93,9 @@ class PrefixModel:
         self.num_codes = num_codes
 
     def initial_cache(self, beam_size=1):
+        """beam_size: a Python int, or an int32 scalar tensor."""
         rows = self.num_sentences * beam_size
-        sentence = np.repeat(np.arange(self.num_sentences), beam_size).astype(np.int32)
-        return {"sentence": tf.constant(sentence),
+        return {"sentence": tf.repeat(tf.range(self.num_sentences, dtype=tf.int32), beam_size),
                 "state": [tf.zeros([rows, self.max_length], tf.int32), tf.zeros([rows, 1])]}
 
     def step_fn(self, ids, step, cache):

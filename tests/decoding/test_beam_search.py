@@ -180,9 +180,37 @@ def test_num_return_gives_the_best_of_the_full_list():
     with pytest.raises(ValueError, match="num_return"):
         search(model, max_lengths, beam_size=2, num_return=3)
     with pytest.raises(TypeError, match="Python ints"):
+        beam_search(model.step_fn, model.initial_cache(2), 3, 2.0, tf.constant(max_lengths), BOS, EOS)
+    with pytest.raises(ValueError, match="num_return must be left to its default"):
         tf.function(lambda size: beam_search(
-            model.step_fn, model.initial_cache(2), 3, size, tf.constant(max_lengths), BOS, EOS)
+            model.step_fn, model.initial_cache(2), 3, size, tf.constant(max_lengths), BOS, EOS, num_return=2)
         )(tf.constant(2))
+
+
+@pytest.mark.parametrize("widths", [None, [700, 500]])
+def test_a_width_given_as_a_tensor_searches_as_that_width_given_as_an_int(widths):
+    """translate_nbest's search: one trace for every width >= 2, the same hypotheses and scores as
+    each width's own trace. With 1,200 tokens in one block, the best 2W tokens are found block by
+    block (selection.blockwise_top_k) at W = 2 and by one top_k at W >= 3, a choice the tensor's
+    search makes when it runs; in two blocks of 700 and 500, by one top_k per block."""
+    max_lengths = [7, 5, 6]
+    model = PrefixModel(len(max_lengths), vocab_size=1200, max_length=7, seed=11, scale=3.0)
+    step_fn = model.step_fn if widths is None else in_blocks(model.step_fn, widths)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def any_width(width):
+        return beam_search(step_fn, model.initial_cache(width), len(max_lengths), width,
+                           tf.constant(max_lengths), BOS, EOS, alpha=0.6)
+
+    for width in (2, 3, 5):
+        expected = beam_search(step_fn, model.initial_cache(width), len(max_lengths), width,
+                               tf.constant(max_lengths), BOS, EOS, alpha=0.6)
+        got = any_width(tf.constant(width))
+        assert got["ids"].shape == expected["ids"].shape == (len(max_lengths), width, max(max_lengths))
+        for name in ("ids", "lengths"):
+            np.testing.assert_array_equal(got[name], expected[name])
+        np.testing.assert_allclose(got["scores"], expected["scores"], rtol=1e-6)
+    assert any_width.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
