@@ -7,9 +7,9 @@ any training.
 
 The subprocess runs are short (STEPS steps of the tiny preset, 5 validation sentences) and share
 their results through module-scoped fixtures: one cluster run is killed and resumed, which covers
-what an uninterrupted one does (its checkpoints before the kill are compared too). They read the numbers corpus from local files with 10
-test sentences (the README's `--dataset numbers` has 1,000, which a barely trained model translates
-to their maximum length at the end of every run). Tolerances are those of the 8-replica test
+what an uninterrupted one does (its checkpoints before the kill are compared too). They read the
+numbers corpus from local files with 10 test sentences (the README's `--dataset numbers` has 1,000,
+which a barely trained model translates to their maximum length at the end of every run). Tolerances are those of the 8-replica test
 (tests/training/test_distribution.py): the runs sum the same float32 gradients, possibly in
 another order.
 """
@@ -199,7 +199,8 @@ def test_two_workers_end_with_the_weights_of_one_process_over_four_devices(two_w
     assert cooldown == [STEPS * 0.75, STEPS]
     # Both workers report the loss of the whole cluster (the mean over the 4 replicas), the same.
     remaining = STEPS - two_workers.saved
-    losses = [re.findall(rf"^{remaining}/{remaining} - .* - loss: (\S+)", log, re.MULTILINE) for log in two_workers.logs]
+    losses = [re.findall(rf"^{remaining}/{remaining} - .* - loss: (\S+)", log, re.MULTILINE)
+              for log in two_workers.logs]
     assert losses[0] and losses[0] == losses[1]
 
 
