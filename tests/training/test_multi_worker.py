@@ -9,9 +9,9 @@ The subprocess runs are short (STEPS steps of the tiny preset, 5 validation sent
 their results through module-scoped fixtures: one cluster run is killed and resumed, which covers
 what an uninterrupted one does (its checkpoints before the kill are compared too). They read the
 numbers corpus from local files with 10 test sentences (the README's `--dataset numbers` has 1,000,
-which a barely trained model translates to their maximum length at the end of every run). Tolerances are those of the 8-replica test
-(tests/training/test_distribution.py): the runs sum the same float32 gradients, possibly in
-another order.
+which a barely trained model translates to their maximum length at the end of every run).
+Tolerances are those of the 8-replica test (tests/training/test_distribution.py): the runs sum the
+same float32 gradients, possibly in another order.
 """
 import dataclasses
 import json
@@ -94,12 +94,16 @@ def _wait(processes, directory):
     return [(directory / f"worker{index}.log").read_text() for index in range(len(processes))]
 
 
-def _run_workers(directory, corpus, extra_flags=()):
-    processes = _start_workers(directory, corpus, extra_flags)
+def _check_exits(processes, directory):
+    """Waits for the workers and asserts that each exited with 0; returns their logs."""
     logs = _wait(processes, directory)
     for process, log in zip(processes, logs):
         assert process.returncode == 0, log[-4000:]
     return logs
+
+
+def _run_workers(directory, corpus, extra_flags=()):
+    return _check_exits(_start_workers(directory, corpus, extra_flags), directory)
 
 
 def _checkpoint(workdir, step):
@@ -154,9 +158,7 @@ def two_workers(tmp_path_factory, corpus_spec):  # noqa: F811
     killed_logs = _wait(processes, directory)
     saved = _listed_steps(directory / "workdir")[-1]
     restarted = _start_workers(directory, corpus_spec)
-    logs = [log[len(before):] for log, before in zip(_wait(restarted, directory), killed_logs)]
-    for process, log in zip(restarted, logs):
-        assert process.returncode == 0, log[-4000:]
+    logs = [log[len(before):] for log, before in zip(_check_exits(restarted, directory), killed_logs)]
     return ClusterRun(directory, killed_logs[0], processes[0].returncode, saved, logs,
                       (processes[0].pid, restarted[0].pid))
 
