@@ -45,11 +45,19 @@ def attention_heatmap_png(weights, source_pieces, target_pieces, title="") -> by
     figure, axes = pyplot.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
     for axis in axes.flat[len(panels):]:
         axis.axis("off")
-    for axis, (name, panel) in zip(axes.flat, panels):
+    for index, (axis, (name, panel)) in enumerate(zip(axes.flat, panels)):
         axis.imshow(panel, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
         axis.set_title(name, fontsize=8)
-        axis.set_xticks(range(len(source_pieces)), source_pieces, rotation=90, fontsize=6)
-        axis.set_yticks(range(len(target_pieces)), target_pieces, fontsize=6)
+        # Tokens on the outer panels only (each column's lowest panel, the first column): the panels
+        # share their axes, and making and drawing the ticks was most of the picture's time.
+        if index + columns >= len(panels):
+            axis.set_xticks(range(len(source_pieces)), source_pieces, rotation=90, fontsize=6)
+        else:
+            axis.set_xticks([])
+        if index % columns == 0:
+            axis.set_yticks(range(len(target_pieces)), target_pieces, fontsize=6)
+        else:
+            axis.set_yticks([])
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     buffer = io.BytesIO()
