@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from keras_transformer.data.text_files import (CorpusFormatError, aligned_pairs, check_aligned_files, check_tsv,
                                                holdout_indices, iterate_pairs, remembered_check, tsv_pairs)
+from keras_transformer.tracing import plain
 
 SPLITS = ("train", "validation", "test")
 
@@ -209,13 +210,13 @@ class LocalParallelCorpus(Corpus):
             pairs = self._file_pairs("train").enumerate()
             if split == "train":
                 held_out = self._holdout["held_out"]
-                pairs = pairs.filter(lambda index, pair: tf.logical_not(_is_in(index, held_out)))
+                pairs = pairs.filter(plain(lambda index, pair: tf.logical_not(_is_in(index, held_out))))
             else:
                 chosen = self._holdout[split]
-                pairs = pairs.filter(lambda index, pair: _is_in(index, chosen))
-            pairs = pairs.map(lambda index, pair: pair)
+                pairs = pairs.filter(plain(lambda index, pair: _is_in(index, chosen)))
+            pairs = pairs.map(plain(lambda index, pair: pair))
         if self.reverse:
-            pairs = pairs.map(lambda source, target: (target, source))
+            pairs = pairs.map(plain(lambda source, target: (target, source)))
         return pairs
 
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:

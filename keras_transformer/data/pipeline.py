@@ -24,6 +24,7 @@ import tensorflow as tf
 from keras_transformer.data.corpora import Corpus
 from keras_transformer.data.data_config import DataConfig
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
+from keras_transformer.tracing import plain
 
 # Pairs are tokenized, filtered and given their specials this many at a time, with one op per chunk
 # instead of one per pair: per-element tf.data work costs microseconds per op, and it adds up.
@@ -92,10 +93,10 @@ def _bucket_and_batch(rows: tf.data.Dataset, config: DataConfig) -> tf.data.Data
 
         return window.padded_batch(tf.gather(batch_sizes, bucket),
                                    padding_values=(PAD_ID, PAD_ID, PAD_ID, tf.constant(0, tf.int64))
-                                   ).map(pad_to_boundary)
+                                   ).map(plain(pad_to_boundary))
 
-    return rows.group_by_window(key_func=lambda *row: row[3], reduce_func=batch_bucket,
-                                window_size_func=lambda bucket: tf.gather(batch_sizes, bucket))
+    return rows.group_by_window(key_func=plain(lambda *row: row[3]), reduce_func=plain(batch_bucket),
+                                window_size_func=plain(lambda bucket: tf.gather(batch_sizes, bucket)))
 
 
 def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, *,
@@ -123,7 +124,7 @@ def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: Da
     if subword_dropout is None:
         subword_dropout = config.subword_dropout if training else 0.0
     rows = (pairs.batch(CHUNK_SIZE)
-            .map(lambda sources, targets: _encode_chunk(tokenizer, config, sources, targets, subword_dropout),
+            .map(plain(lambda sources, targets: _encode_chunk(tokenizer, config, sources, targets, subword_dropout)),
                  num_parallel_calls=config.num_parallel_calls, deterministic=True)
             .unbatch())
     return _bucket_and_batch(rows, config).prefetch(tf.data.AUTOTUNE)
@@ -198,8 +199,8 @@ def count_over_length(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, confi
         return tf.stack([tf.size(over, tf.int64), tf.math.count_nonzero(over, dtype=tf.int64)])
 
     counts = (pairs.batch(CHUNK_SIZE)
-              .map(count_chunk, num_parallel_calls=config.num_parallel_calls)
-              .reduce(np.zeros(2, np.int64), lambda total, chunk_counts: total + chunk_counts))
+              .map(plain(count_chunk), num_parallel_calls=config.num_parallel_calls)
+              .reduce(np.zeros(2, np.int64), plain(lambda total, chunk_counts: total + chunk_counts)))
     num_pairs, num_over = counts.numpy().tolist()
     return num_pairs, num_over
 

@@ -28,6 +28,8 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.tracing import plain
+
 PathLike = Union[str, pathlib.Path]
 
 CHECK_CACHE_ENV = "KT_CORPUS_CHECK_CACHE"
@@ -113,11 +115,11 @@ def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCou
 
     batches = (tf.data.Dataset.zip(_batches_then_empty(_lines(source_path)),
                                    _batches_then_empty(_lines(target_path)))
-               .take_while(lambda source, target: tf.size(source) + tf.size(target) > 0))
+               .take_while(plain(lambda source, target: tf.size(source) + tf.size(target) > 0)))
     num_sources = num_targets = num_common = skipped = 0
     first_bad_target = None
     for source_size, target_size, bad_source, bad_target, empty in (
-            batches.map(batch_counts, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2).as_numpy_iterator()):
+            batches.map(plain(batch_counts), num_parallel_calls=tf.data.AUTOTUNE).prefetch(2).as_numpy_iterator()):
         if bad_source >= 0:  # the source file's errors come first, as if it were read first
             _raise_invalid_utf8(source_path, num_sources + int(bad_source))
         if bad_target >= 0 and first_bad_target is None:
@@ -177,7 +179,7 @@ def check_tsv(path: PathLike, columns: Optional[Sequence[int]] = None) -> FileCo
     num_lines = skipped = 0
     first_malformed = None
     for size, bad, malformed, empty in (_lines(path).batch(LINES_PER_BATCH)
-                                        .map(batch_counts, num_parallel_calls=tf.data.AUTOTUNE)
+                                        .map(plain(batch_counts), num_parallel_calls=tf.data.AUTOTUNE)
                                         .prefetch(2).as_numpy_iterator()):
         if bad >= 0:
             _raise_invalid_utf8(path, num_lines + int(bad))
@@ -199,7 +201,7 @@ def _kept(source: tf.Tensor, target: tf.Tensor):
 def aligned_pairs(source_path: PathLike, target_path: PathLike) -> tf.data.Dataset:
     """The kept (source, target) pairs of two aligned files; check them first (check_aligned_files)."""
     lines = tf.data.Dataset.zip(_lines(source_path), _lines(target_path))
-    return (lines.batch(LINES_PER_BATCH).map(_kept, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return (lines.batch(LINES_PER_BATCH).map(plain(_kept), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch())
 
 
@@ -209,7 +211,7 @@ def tsv_pairs(path: PathLike, columns: Optional[Sequence[int]] = None) -> tf.dat
         source, target, _ = _tsv_fields(lines, columns)
         return _kept(source, target)
 
-    return (_lines(path).batch(LINES_PER_BATCH).map(kept, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return (_lines(path).batch(LINES_PER_BATCH).map(plain(kept), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch())
 
 

@@ -42,6 +42,7 @@ from typing import Optional
 import tensorflow as tf
 
 from keras_transformer.data import Corpus, DataConfig, SubwordTokenizer, make_dataset
+from keras_transformer.tracing import plain
 
 # A position as one int64 key that orders positions: ((epoch * 2^24 + segment) * 2^24 + batch + 1).
 _FIELD = 2 ** 24
@@ -100,12 +101,12 @@ def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: 
         batches = make_dataset(shuffled, tokenizer, config, training=False,  # every worker: all of it
                                subword_dropout=config.subword_dropout)
         batches = batches.enumerate().map(
-            lambda index, batch: {"batch": batch, "position": tf.stack([epoch, segment, index])})
+            plain(lambda index, batch: {"batch": batch, "position": tf.stack([epoch, segment, index])}))
         return batches.skip(tf.where(tf.equal(segment, first_segment), skip, tf.constant(0, tf.int64)))
 
     # The segments before first_segment are read as text and dropped, never tokenized nor batched.
     segments = pairs.skip(first_segment * config.segment_pairs).batch(config.segment_pairs)
-    return segments.enumerate(start=first_segment).flat_map(segment_batches)
+    return segments.enumerate(start=first_segment).flat_map(plain(segment_batches))
 
 
 def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataConfig, *, start_epoch: int = 0,
@@ -132,7 +133,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
         return _epoch_batches(pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
                               tf.where(resumed, skip, zero))
 
-    stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(epoch_fn)
+    stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(plain(epoch_fn))
     if accumulate_steps > 1:
         stream = pack_micro_batches(stream, accumulate_steps, config.tokens_per_batch)
     if input_context is not None and input_context.num_input_pipelines > 1:
@@ -160,7 +161,7 @@ def worker_share(stream: tf.data.Dataset, num_workers: int, worker: int, replica
     def mine(index, _):
         return tf.equal(index // replicas_per_worker % num_workers, worker)
 
-    return stream.enumerate().filter(mine).map(lambda _, element: element)
+    return stream.enumerate().filter(plain(mine)).map(plain(lambda _, element: element))
 
 
 def pack_micro_batches(stream: tf.data.Dataset, accumulate_steps: int, budget: int) -> tf.data.Dataset:
@@ -185,7 +186,7 @@ def pack_micro_batches(stream: tf.data.Dataset, accumulate_steps: int, budget: i
         position = packed.pop("position")[-1]
         return {"micro_batches": packed, "position": position}
 
-    return stream.map(flatten).batch(accumulate_steps, drop_remainder=True).map(regroup)
+    return stream.map(plain(flatten)).batch(accumulate_steps, drop_remainder=True).map(plain(regroup))
 
 
 def unpack_micro_batch(micro_batches, index):
