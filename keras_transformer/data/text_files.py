@@ -211,8 +211,8 @@ def tsv_pairs(path: PathLike, columns: Optional[Sequence[int]] = None) -> tf.dat
         source, target, _ = _tsv_fields(lines, columns)
         return _kept(source, target)
 
-    return (_lines(path).batch(LINES_PER_BATCH).map(plain(kept), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-            .unbatch())
+    return (_lines(path).batch(LINES_PER_BATCH)
+            .map(plain(kept), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch())
 
 
 def iterate_pairs(pairs: tf.data.Dataset):
