@@ -2,7 +2,7 @@
 
     python benchmarks/decode.py --preset base --vocab-size 32000 --batch-size 64 --source-length 25 \
         --output-length 25 --beam-size 4 --threads 2 [--no-cache] [--saved-model] [--jit-compile] \
-        [--parallel-groups 2] [--dtype bfloat16]
+        [--parallel-groups 2] [--dtype bfloat16] [--transposed-kernels on|off]
 
 Every sentence decodes exactly --output-length tokens, as the peer harness forces its peers:
 min_length = max_length = output length (EOS is forbidden before, and the search stops there).
@@ -22,6 +22,9 @@ batch * output_length / seconds, ...}.
                  that dtype (keras_transformer.precision.model_in_precision, what pipelines.export
                  --precision exports), in process and with --saved-model alike. bfloat16 pays off on
                  CPUs with AVX512_BF16 or AMX; elsewhere it runs, slower, after a warning.
+  --transposed-kernels  on / off: whether a step computes x W as (W^T x^T)^T with the kernels
+                 transposed once (Transformer.decoding_step_fn's transposed_kernels); auto (the
+                 default) lets the library choose by the CPU.
 """
 import os
 import sys
@@ -31,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import base_parser, best_of, emit, log, setup_tensorflow  # noqa: E402
 
 ALPHA = 0.6
+TRANSPOSED = {"auto": None, "on": True, "off": False}
 
 
 def full_recomputation_step_fn(tf, model, source_ids, beam_size, cache_length):
@@ -63,7 +67,8 @@ def make_decoder(tf, model, args):
             step_fn, cache = full_recomputation_step_fn(tf, model, source_ids, beam_size, length)
         else:
             step_fn, cache = model.decoding_step_fn(source_ids, beam_size, cache_length=length,
-                                                    parallel_groups=args.parallel_groups)
+                                                    parallel_groups=args.parallel_groups,
+                                                    transposed_kernels=TRANSPOSED[args.transposed_kernels])
         result = beam_search(step_fn, cache, batch_size, beam_size, tf.fill([batch_size], length), BOS_ID,
                              EOS_ID, alpha=ALPHA, max_length=length, num_return=1, min_length=length)
         return result["ids"][:, 0], result["lengths"][:, 0]
@@ -94,6 +99,9 @@ def main():
     # keras_transformer.precision.PRECISIONS, which cannot be imported before TensorFlow is set up.
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                         help="dtype of the weights and matrix products (log-softmax and scores stay float32)")
+    parser.add_argument("--transposed-kernels", choices=tuple(TRANSPOSED), default="auto",
+                        help="compute a step's products with the kernels transposed once (default: "
+                             "the library's choice for this CPU)")
     args = parser.parse_args()
     if args.no_cache and args.jit_compile:
         parser.error("--no-cache decodes a prefix that grows every step, which XLA cannot compile")
@@ -105,6 +113,7 @@ def main():
     tf = setup_tensorflow(args, intra_op_threads=intra_op_threads)
     import keras
     import keras_transformer as kt
+    from keras_transformer.model import transposed_here
     from keras_transformer.precision import model_in_precision, warn_if_slow_here
 
     keras.utils.set_random_seed(0)
@@ -122,15 +131,19 @@ def main():
             raise AssertionError(f"output lengths {lengths.numpy()} are not all {args.output_length}")
         timing = best_of(lambda: decode(source_ids)[0].numpy(), runs=args.runs)
     tokens = args.batch_size * args.output_length
+    transposed = TRANSPOSED[args.transposed_kernels]
+    transposed = transposed_here() if transposed is None else transposed
     log(f"keras_transformer decode, beam {args.beam_size}{', no cache' if args.no_cache else ''}"
         f"{f', {args.parallel_groups} groups' if args.parallel_groups > 1 else ''}"
         f"{', SavedModel' if args.saved_model else ''}{f', {args.dtype}' if args.dtype != 'float32' else ''}"
+        f"{', kernels transposed' if transposed else ''}"
         f": {timing['seconds']:.2f} s, "
         f"{tokens / timing['seconds']:.0f} target tok/s")
     emit(task="decode", beam=args.beam_size, preset=args.preset, threads=args.threads, batch=args.batch_size,
          source_length=args.source_length, output_length=args.output_length, cache=not args.no_cache,
          saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn,
-         parallel_groups=args.parallel_groups, dtype=args.dtype, intra_op_threads=intra_op_threads, **timing,
+         parallel_groups=args.parallel_groups, dtype=args.dtype, intra_op_threads=intra_op_threads,
+         transposed_kernels=transposed, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
 
 

@@ -261,6 +261,11 @@ class DecodeConfig(JsonConfig):
     sentences of a batch in this many groups side by side, see Transformer.decoding_step_fn. It
     pays off with one core's worth of intra-op threads per group, e.g. on 2 cores with 2 groups,
     TF Serving run with --tensorflow_intra_op_parallelism=1 --tensorflow_inter_op_parallelism=2.
+
+    transposed_kernels (not in the paper; the results do not depend on it beyond float rounding):
+    True or False pins how a decoding step lays out its matrix products, see
+    Transformer.decoding_step_fn; None (the default) chooses by the CPU that traces the decoder.
+    An export keeps the choice made when it was written.
     """
 
     beam_size: int = 4
@@ -269,6 +274,7 @@ class DecodeConfig(JsonConfig):
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
     parallel_groups: int = 1
+    transposed_kernels: Optional[bool] = None
 
     def __post_init__(self):
         _require(isinstance(self.beam_size, int) and self.beam_size >= 1,
@@ -277,3 +283,5 @@ class DecodeConfig(JsonConfig):
         _require(self.extra_length >= 1, f"DecodeConfig.extra_length must be >= 1; got {self.extra_length!r}")
         _require(isinstance(self.parallel_groups, int) and self.parallel_groups >= 1,
                  f"DecodeConfig.parallel_groups must be an integer >= 1; got {self.parallel_groups!r}")
+        _require(self.transposed_kernels in (None, True, False),
+                 f"DecodeConfig.transposed_kernels must be true, false or null; got {self.transposed_kernels!r}")

@@ -242,7 +242,8 @@ class Translator(tf.Module):
         """Transformer.decoding_step_fn: fed vocabulary ids, it scores output_ids (or every id)."""
         return self.model.decoding_step_fn(source_ids, beam_size, cache_length=max_length,
                                            parallel_groups=self.decode_config.parallel_groups,
-                                           output_ids=self.output_ids)
+                                           output_ids=self.output_ids,
+                                           transposed_kernels=self.decode_config.transposed_kernels)
 
     def _search(self, source_ids, is_empty, beam_size, alpha, num_return, context=None):
         """Beam search (W = beam_size, a Python int) -> ids (B, R, T) (indices into output_ids

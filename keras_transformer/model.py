@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_transformer import masking
 from keras_transformer.config import TransformerConfig
+from keras_transformer.cpu import avx2_without_avx512
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import Encoder
@@ -18,6 +19,12 @@ def _even_sizes(total, parts):
     """`parts` sizes that differ by at most 1 and add up to `total` (a Python int, then ints, or an
     int32 scalar tensor, then tensors)."""
     return [(total + parts - 1 - part) // parts for part in range(parts)]
+
+
+def transposed_here():
+    """Whether decoding_step_fn transposes the decoder's kernels by default: on an x86 CPU with AVX2
+    and no AVX-512, where it was measured faster, and with no GPU visible."""
+    return avx2_without_avx512() and not tf.config.list_physical_devices("GPU")
 
 
 def _split_rows(x, sizes):
@@ -116,7 +123,8 @@ class Transformer(keras.Model):
         memory, source_padding_mask = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, memory, source_padding_mask, training=training)
 
-    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None, parallel_groups=1, output_ids=None):
+    def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None, parallel_groups=1, output_ids=None,
+                         transposed_kernels=None):
         """Everything keras_transformer.decoding needs to translate `source_ids` (B, S).
 
         Encodes once, computes every decoder layer's encoder-decoder keys and values once per
@@ -142,6 +150,12 @@ class Transformer(keras.Model):
         few tokens (the parser's tree tokens) scores V' columns instead of V. Their log-softmax is
         the full one's with every other token's logit at -inf. step_fn is still fed vocabulary
         ids (any of the V): the caller maps its choices back (the parser also feeds words it copies).
+
+        transposed_kernels (not in the paper; the results do not depend on it beyond float rounding):
+        transpose the decoder's kernels once, and compute each step's product x W as (W^T x^T)^T.
+        Both oneDNN's and Eigen's float32 matrix products are faster in that layout on a CPU with
+        AVX2 and no AVX-512, at a step's few rows (README, "Speed on a CPU"). None (the default)
+        chooses it where that was measured: on such a CPU with no GPU visible (`transposed_here`).
         """
         cache_length = cache_length if cache_length is not None else self.config.max_length
         if not (isinstance(parallel_groups, int) and parallel_groups >= 1):
@@ -164,6 +178,9 @@ class Transformer(keras.Model):
         else:
             output_kernels = [self.output_embedding.transposed_embeddings(dtype)]  # [(D, V)], made once
         row_sizes = [size * beam_size for size in sizes]
+        if transposed_kernels is None:
+            transposed_kernels = transposed_here()
+        kernels = self.decoder.transposed_kernels(dtype) if transposed_kernels else None  # made once
 
         def step_fn(ids, step, cache):
             outputs, new_cache = [], []
@@ -171,7 +188,7 @@ class Transformer(keras.Model):
                     groups, _split_rows(ids, row_sizes), cache):
                 x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)
                 x, group_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
-                                                          beam_size)
+                                                          beam_size, kernels)
                 outputs.append(x)
                 new_cache.append(group_cache)
             x = outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=0)  # (B*W, 1, D)

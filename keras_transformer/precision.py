@@ -16,12 +16,12 @@ log-softmax and beam scores and the `score` signature.
   beyond it is refused (`check_float16_range`), naming the weight.
 """
 import logging
-import pathlib
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.cpu import cpu_flags
 from keras_transformer.model import Transformer
 
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -40,20 +40,6 @@ def check_precision(precision):
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     return precision
-
-
-def cpu_flags(cpuinfo_text=None):
-    """The feature flags of the first CPU in /proc/cpuinfo (or of cpuinfo_text); None if unknown."""
-    if cpuinfo_text is None:
-        path = pathlib.Path("/proc/cpuinfo")
-        if not path.is_file():
-            return None
-        cpuinfo_text = path.read_text(errors="replace")
-    for line in cpuinfo_text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):  # x86, Arm
-            return set(value.split())
-    return None
 
 
 def cpu_has_bfloat16(cpuinfo_text=None):

@@ -24,6 +24,9 @@ def test_train_and_decode_defaults_are_the_papers():
     assert (decode.beam_size, decode.alpha, decode.extra_length, decode.parallel_groups) == (4, 0.6, 50, 1)
     with pytest.raises(ValueError, match="parallel_groups must be an integer >= 1; got 0"):
         DecodeConfig(parallel_groups=0)
+    assert decode.transposed_kernels is None  # the library chooses by the CPU
+    with pytest.raises(ValueError, match="transposed_kernels must be true, false or null; got 'yes'"):
+        DecodeConfig(transposed_kernels="yes")
 
 
 def test_config_is_frozen_and_variants_replace_fields():

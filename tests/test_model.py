@@ -80,16 +80,17 @@ def test_changing_target_token_t_never_changes_earlier_logits():
         assert not np.allclose(after[:, t:], before[:, t:], atol=1e-5)
 
 
-@pytest.mark.parametrize("fields,parallel_groups", [
-    (dict(), 1), (dict(norm_first=True, tie_embeddings=False), 1), (dict(), 2), (dict(), 3)])
-def test_cached_decoding_equals_the_full_pass(fields, parallel_groups):
+@pytest.mark.parametrize("fields,parallel_groups,transposed_kernels", [
+    (dict(), 1, False), (dict(), 1, True), (dict(norm_first=True, tie_embeddings=False), 1, False),
+    (dict(norm_first=True, tie_embeddings=False), 1, True), (dict(), 2, True), (dict(), 3, False)])
+def test_cached_decoding_equals_the_full_pass(fields, parallel_groups, transposed_kernels):
     """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass,
     also with the sentences in groups (3 groups of 2 sentences: one is empty) and the logits in
-    vocabulary blocks."""
+    vocabulary blocks, and with the products computed on transposed kernels."""
     model = _tiny(**fields)
     full = np.asarray(model((SOURCE, TARGET)))
     step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=1, cache_length=10,
-                                            parallel_groups=parallel_groups)
+                                            parallel_groups=parallel_groups, transposed_kernels=transposed_kernels)
     logits = []
     for t in range(TARGET.shape[1]):
         step_logits, cache = step_fn(tf.constant(TARGET[:, t]), tf.constant(t), cache)
@@ -215,6 +216,40 @@ def test_parallel_groups_decode_as_one_group(beam_size, batch, parallel_groups, 
     np.testing.assert_array_equal(grouped["ids"], one["ids"])
     np.testing.assert_array_equal(grouped["lengths"], one["lengths"])
     np.testing.assert_allclose(grouped["scores"], one["scores"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_transposed_kernels_decode_as_the_stored_ones(precision):
+    """Beam search with the step's products on transposed kernels (W^T x^T)^T and on the stored
+    ones x W: the same translations, scores within float rounding, in float32 or bfloat16."""
+    model = model_in_precision(_tiny(), precision)
+    rng = np.random.default_rng(7)
+    source = np.zeros((6, 7), np.int32)
+    for row, size in enumerate(rng.integers(1, 7, size=6)):
+        source[row, :size] = rng.integers(4, 40, size=size)
+        source[row, size] = kt.EOS_ID
+    results = []
+    for transposed_kernels in (False, True):
+        step_fn, cache = model.decoding_step_fn(tf.constant(source), 3, cache_length=6,
+                                                transposed_kernels=transposed_kernels)
+        results.append(beam_search(step_fn, cache, 6, 3, tf.fill([6], 6), kt.BOS_ID, kt.EOS_ID, num_return=3))
+    stored, transposed = results
+    np.testing.assert_array_equal(transposed["ids"], stored["ids"])
+    np.testing.assert_allclose(transposed["scores"], stored["scores"],
+                               rtol=1e-5 if precision == "float32" else 2e-2)
+
+
+def test_transposed_kernels_by_default_where_measured_faster(monkeypatch):
+    """On an x86 CPU with AVX2 and no AVX-512 (where it was measured faster) and no GPU, else not."""
+    from keras_transformer import cpu, model as model_module
+    from tests.test_precision import CPUINFO_AMX, CPUINFO_ARM, CPUINFO_AVX2
+
+    for text, expected in ((CPUINFO_AVX2, True), (CPUINFO_AMX, False), (CPUINFO_ARM, False), ("", False)):
+        monkeypatch.setattr(model_module, "avx2_without_avx512", lambda: cpu.avx2_without_avx512(text))
+        assert model_module.transposed_here() is expected, text
+    monkeypatch.setattr(model_module, "avx2_without_avx512", lambda: True)
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["a GPU"] if kind == "GPU" else [])
+    assert model_module.transposed_here() is False
 
 
 def test_parallel_groups_must_be_a_positive_integer():

@@ -7,11 +7,26 @@ from keras_transformer import masking
 from keras_transformer.shapes import dimension
 
 
-def dense(x, kernel, bias):
-    """x (..., D_in) @ kernel (D_in, D_out) + bias, as one 2-D matmul (faster than a batched one on CPU)."""
+def dense(x, kernel, bias, transposed_kernel=None):
+    """x (..., D_in) @ kernel (D_in, D_out) + bias, as one 2-D matmul (faster than a batched one on CPU).
+
+    transposed_kernel: kernel^T (D_out, D_in) in x's dtype, made once (`transposed`) for a loop that
+    multiplies by it many times (a decoding step's); the product is then (kernel^T @ x^T)^T, the
+    same numbers by another memory layout of the operands (see Transformer.decoding_step_fn).
+    """
     shape = tf.shape(x)
-    y = tf.matmul(tf.reshape(x, (-1, kernel.shape[0])), tf.cast(kernel, x.dtype)) + tf.cast(bias, x.dtype)
+    flat = tf.reshape(x, (-1, kernel.shape[0]))  # (N, D_in)
+    if transposed_kernel is None:
+        y = tf.matmul(flat, tf.cast(kernel, x.dtype))
+    else:
+        y = tf.transpose(tf.matmul(transposed_kernel, flat, transpose_b=True))  # (D_out, N) -> (N, D_out)
+    y = y + tf.cast(bias, x.dtype)
     return tf.reshape(y, tf.concat([shape[:-1], [kernel.shape[1]]], axis=0))
+
+
+def transposed(kernels, dtype):
+    """{name: kernel^T in dtype} of {name: kernel}, for `dense`'s transposed_kernel."""
+    return {name: tf.transpose(tf.cast(kernel, dtype)) for name, kernel in kernels.items()}
 
 
 def transpose(x, perm):
@@ -182,7 +197,15 @@ class MultiHeadAttention(keras.layers.Layer):
         return {"key": new_buffer((sentences, self.num_heads, cache_length, beam_size, self.key_dim), dtype),
                 "value": new_buffer((sentences, self.num_heads, cache_length, beam_size, self.value_dim), dtype)}
 
-    def call_cached(self, query, cache, step, attention_mask=None):
+    def transposed_kernels(self, dtype):
+        """The kernels a decoding step multiplies by, transposed (`dense`'s transposed_kernel), keyed
+        by name: query_key_value and output (self-attention), or query and output (cross-attention:
+        its keys and values are projected once per sentence)."""
+        if self.cross_attention:
+            return transposed({"query": self.query_kernel, "output": self.output_kernel}, dtype)
+        return transposed({"query_key_value": self.query_key_value_kernel, "output": self.output_kernel}, dtype)
+
+    def call_cached(self, query, cache, step, attention_mask=None, kernels=None):
         """Causal self-attention of one new position against the cache (incremental decoding).
 
         query (B*W, 1, D) is position `step` of W hypotheses per sentence, batch-major; cache (see
@@ -191,14 +214,17 @@ class MultiHeadAttention(keras.layers.Layer):
         hypothesis may see (masking.cached_beam_mask), P = `visible_positions`: only those are
         read; by default each row sees its own slots 0..step. Returns the
         output (B*W, 1, D) and the cache with position `step` written in, in place: the cache
-        passed in is consumed (write_slots).
+        passed in is consumed (write_slots). kernels: `transposed_kernels` (optional), the same
+        output by another layout of the matrix products.
         """
+        kernels = kernels or {}
         h, k, v = self.num_heads, self.key_dim, self.value_dim
         beam_size = dimension(cache["value"], 3)
         cache_shape = tf.shape(cache["value"])
         sentences, cache_length = cache_shape[0], cache_shape[2]
         step = tf.cast(step, tf.int32)
-        qkv = dense(query, self.query_key_value_kernel, self.query_key_value_bias)  # (B*W, 1, H*(2K+V))
+        qkv = dense(query, self.query_key_value_kernel, self.query_key_value_bias,
+                    kernels.get("query_key_value"))  # (B*W, 1, H*(2K+V))
         qkv = tf.reshape(qkv, (sentences, beam_size, h * (2 * k + v)))  # (B, W, H*(2K+V))
         q, key, value = tf.split(qkv, [h * k, h * k, h * v], axis=-1)
         q, key, value = split_heads(q, h, k), split_heads(key, h, k), split_heads(value, h, v)  # (B, H, W, K)
@@ -216,23 +242,25 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = masking.mask_to_bias(attention_mask, query.dtype)  # (B, 1, W, P*W)
         context, _ = scaled_dot_product_attention(q, keys, values, bias)  # (B, H, W, V)
         context = tf.reshape(transpose(context, (0, 2, 1, 3)), (sentences * beam_size, 1, h * v))
-        return dense(context, self.output_kernel, self.output_bias), cache
+        return dense(context, self.output_kernel, self.output_bias, kernels.get("output")), cache
 
-    def call_with_memory(self, query, memory_key, memory_value, memory_bias, beam_size=1):
+    def call_with_memory(self, query, memory_key, memory_value, memory_bias, beam_size=1, kernels=None):
         """Cross-attention of decoder positions against precomputed memory keys/values.
 
         query (B*W, T, D) for W hypotheses per sentence, batch-major; memory_key (B, H, S, K) and
         memory_value (B, H, S, V) from `project_memory`, computed once per sentence and shared by its
-        W hypotheses; memory_bias (B, 1, 1, S). Returns (B*W, T, D).
+        W hypotheses; memory_bias (B, 1, 1, S); kernels: `transposed_kernels` (optional). Returns
+        (B*W, T, D).
         """
-        q = dense(query, self.query_kernel, self.query_bias)  # (B*W, T, H*K)
+        kernels = kernels or {}
+        q = dense(query, self.query_kernel, self.query_bias, kernels.get("query"))  # (B*W, T, H*K)
         shape = tf.shape(q)
         batch, length = shape[0] // beam_size, query.shape[1] or shape[1]
         q = tf.reshape(q, (batch, beam_size * length, self.num_heads, self.key_dim))  # (B, W*T, H, K)
         q = transpose(q, (0, 2, 1, 3))  # (B, H, W*T, K)
         context, _ = scaled_dot_product_attention(q, memory_key, memory_value, memory_bias)  # (B, H, W*T, V)
         context = tf.reshape(merge_heads(context), (batch * beam_size, length, self.num_heads * self.value_dim))
-        return dense(context, self.output_kernel, self.output_bias)
+        return dense(context, self.output_kernel, self.output_bias, kernels.get("output"))
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,

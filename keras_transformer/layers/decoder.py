@@ -63,8 +63,15 @@ class DecoderLayer(_LayerArgs, keras.layers.Layer):
                                        training=training)
         return (x, scores[0]) if return_attention_scores else x
 
+    def transposed_kernels(self, dtype):
+        """The kernels of a decoding step transposed, for `call_cached` (MultiHeadAttention and
+        PositionwiseFeedForward.transposed_kernels)."""
+        return {"self_attention": self.self_attention.transposed_kernels(dtype),
+                "cross_attention": self.cross_attention.transposed_kernels(dtype),
+                "feed_forward": self.feed_forward.transposed_kernels(dtype)}
+
     def call_cached(self, x, memory_key_value, memory_bias, cache, step, beam_size=1,
-                    self_attention_mask=None):
+                    self_attention_mask=None, kernels=None):
         """One new position: x (B*W, 1, D) at position `step`.
 
         memory_key_value: (key (B, H, S, K), value (B, H, S, V)) from
@@ -73,19 +80,22 @@ class DecoderLayer(_LayerArgs, keras.layers.Layer):
         cache: this layer's self-attention cache (MultiHeadAttention.initial_cache).
         self_attention_mask: boolean (B, W, L*W), the cache slots of each hypothesis' prefix
           (masking.cached_beam_mask); by default each row's own.
+        kernels: `transposed_kernels` (optional): the same output by another layout of the matrix products.
         Returns (B*W, 1, D) and the updated cache. No dropout: decoding is inference.
         """
-        new_cache = {}
+        new_cache, kernels = {}, kernels or {}
 
         def self_attend(y):
-            output, new_cache["self"] = self.self_attention.call_cached(y, cache, step, self_attention_mask)
+            output, new_cache["self"] = self.self_attention.call_cached(y, cache, step, self_attention_mask,
+                                                                        kernels.get("self_attention"))
             return output
 
         x = self.self_attention_residual(x, sublayer=self_attend)
         x = self.cross_attention_residual(
             x, sublayer=lambda y: self.cross_attention.call_with_memory(y, *memory_key_value, memory_bias,
-                                                                        beam_size))
-        x = self.feed_forward_residual(x, sublayer=self.feed_forward)
+                                                                        beam_size, kernels.get("cross_attention")))
+        x = self.feed_forward_residual(
+            x, sublayer=lambda y: self.feed_forward(y, kernels=kernels.get("feed_forward")))
         return x, new_cache["self"]
 
     def get_config(self):
@@ -133,15 +143,22 @@ class Decoder(_Stack):
         (N,), within the same sentence, so it takes over that row's prefix slots."""
         return {"beams": tf.gather(cache["beams"], parents), "layers": cache["layers"]}
 
-    def call_cached(self, x, memory_key_values, memory_bias, cache, step, beam_size=1):
-        """x (B*W, 1, D) at position `step` -> (B*W, 1, D) and the new cache (see DecoderLayer.call_cached)."""
+    def transposed_kernels(self, dtype):
+        """Each layer's DecoderLayer.transposed_kernels, for `call_cached`."""
+        return [layer.transposed_kernels(dtype) for layer in self.stack]
+
+    def call_cached(self, x, memory_key_values, memory_bias, cache, step, beam_size=1, kernels=None):
+        """x (B*W, 1, D) at position `step` -> (B*W, 1, D) and the new cache (see DecoderLayer.call_cached);
+        kernels: `transposed_kernels` (optional)."""
         rows, cache_length = tf.shape(cache["beams"])[0], tf.shape(cache["beams"])[1]
         own_slot = tf.range(rows) % beam_size  # (B*W,)
         beams = tf.where(tf.range(cache_length) == step, own_slot[:, None], cache["beams"])  # (B*W, L)
         visible = visible_positions(cache_length, step)
         mask = masking.cached_beam_mask(tf.reshape(beams[:, :visible], (-1, beam_size, visible)), step)
         new_layers = []
-        for layer, key_value, layer_cache in zip(self.stack, memory_key_values, cache["layers"]):
-            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size, mask)
+        layer_kernels = kernels or [None] * len(self.stack)
+        for layer, key_value, layer_cache, kernels in zip(self.stack, memory_key_values, cache["layers"],
+                                                          layer_kernels):
+            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size, mask, kernels)
             new_layers.append(layer_cache)
         return self._final(x), {"beams": beams, "layers": new_layers}

@@ -2,7 +2,7 @@
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.attention import dense
+from keras_transformer.layers.attention import dense, transposed
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -31,11 +31,18 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.relu_dropout.build(None)
         super().build(input_shape)
 
-    def call(self, x, training=None):
-        hidden = tf.nn.relu(dense(x, self.inner_kernel, self.inner_bias))  # (B, T, d_ff)
+    def call(self, x, training=None, kernels=None):
+        """kernels: `transposed_kernels` (optional, for decoding), the same output by another layout
+        of the matrix products."""
+        kernels = kernels or {}
+        hidden = tf.nn.relu(dense(x, self.inner_kernel, self.inner_bias, kernels.get("inner")))  # (B, T, d_ff)
         if self.relu_dropout_rate > 0:
             hidden = self.relu_dropout(hidden, training=training)
-        return dense(hidden, self.output_kernel, self.output_bias)
+        return dense(hidden, self.output_kernel, self.output_bias, kernels.get("output"))
+
+    def transposed_kernels(self, dtype):
+        """W_1^T and W_2^T in dtype, keyed inner and output (`dense`'s transposed_kernel)."""
+        return transposed({"inner": self.inner_kernel, "output": self.output_kernel}, dtype)
 
     def get_config(self):
         return {**super().get_config(), "d_ff": self.d_ff, "relu_dropout_rate": self.relu_dropout_rate}
