@@ -37,6 +37,7 @@ assets.extra/, into a hidden temporary directory beside the version (TF Serving 
 are not numbers), then renames it to exported/<name>/<version>: a version appears whole or not at
 all. Only ops of core TensorFlow and three tensorflow-text SentencePiece ops are used (tests check it).
 """
+import dataclasses
 import functools
 import json
 import logging
@@ -51,7 +52,7 @@ import tensorflow_text as tf_text
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from keras_transformer.decoding import beam_search
-from keras_transformer.model import Transformer
+from keras_transformer.model import Transformer, transposed_here
 from keras_transformer.precision import check_precision, model_in_precision, warn_if_slow_here
 
 MODEL_CONFIG_FILENAME = "model_config.json"
@@ -154,6 +155,8 @@ class Translator(tf.Module):
       model: a built Transformer with its trained weights.
       sentencepiece_proto: the serialized SentencePiece model (bytes) the model was trained with.
       decode_config: DecodeConfig (beam size, alpha, extra length, BOS/EOS ids); default the paper's.
+        Its transposed_kernels, if None, is chosen for this machine's CPU (Transformer.decoding_step_fn)
+        and recorded in self.decode_config, as an export writes it.
       max_source_length: longest source in tokens, EOS included; longer ones are cut. Default
         min(256, model max_length - extra_length).
       max_beam_size: translate_nbest supports beam sizes 1..max_beam_size (greedy, and one traced
@@ -174,7 +177,10 @@ class Translator(tf.Module):
         if precision is not None:
             model = model_in_precision(model, check_precision(precision))
             warn_if_slow_here(precision)
-        self.decode_config = decode_config or DecodeConfig()
+        decode_config = decode_config or DecodeConfig()
+        if decode_config.transposed_kernels is None:  # chosen for this CPU, and recorded (an export keeps it)
+            decode_config = dataclasses.replace(decode_config, transposed_kernels=transposed_here())
+        self.decode_config = decode_config
         positions = model.config.max_length
         if max_source_length is None:
             max_source_length = min(DEFAULT_MAX_SOURCE_LENGTH, positions - self.decode_config.extra_length)

@@ -3,6 +3,7 @@
     python -m pipelines.export --workdir runs/wmt14 [--checkpoint runs/wmt14/checkpoints/ckpt-20]
         [--weights runs/wmt14/averaged.weights.h5] [--export-dir exported/wmt14] [--version N]
         [--max-source-length 256] [--max-beam-size 8] [--precision float32|bfloat16|float16]
+        [--parallel-groups G] [--transposed-kernels on|off]
 
 Restores the run's model (its averaged.weights.h5 if it has one, else its latest checkpoint, unless
 --checkpoint or --weights says otherwise), wraps it with its SentencePiece model and decoding settings
@@ -42,6 +43,10 @@ def parse_args(argv=None):
                         help="decode each batch in this many sentence groups side by side (DecodeConfig."
                              "parallel_groups; default: the run's decode config); for a server run with "
                              "one intra-op thread per group")
+    parser.add_argument("--transposed-kernels", choices=("on", "off"),
+                        help="decoding steps multiply by kernels transposed once (DecodeConfig."
+                             "transposed_kernels; default: the run's decode config, else the choice for "
+                             "this CPU: on for AVX2 without AVX-512); for a server whose CPU differs")
     parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
                         help="dtype of the exported weights and matrix products: bfloat16 for CPUs with "
                              "AVX512_BF16 or AMX, float16 for GPUs (log-softmax and scores stay float32)")
@@ -66,6 +71,8 @@ def main(argv=None):
                                                                             args.weights)
         if args.parallel_groups is not None:
             decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
+        if args.transposed_kernels is not None:
+            decode_config = dataclasses.replace(decode_config, transposed_kernels=args.transposed_kernels == "on")
         translator = translator_class(args.workdir)(model, sentencepiece_proto, decode_config,
                                                     max_source_length=args.max_source_length,
                                                     max_beam_size=args.max_beam_size, precision=args.precision)
