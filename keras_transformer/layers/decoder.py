@@ -156,9 +156,9 @@ class Decoder(_Stack):
         visible = visible_positions(cache_length, step)
         mask = masking.cached_beam_mask(tf.reshape(beams[:, :visible], (-1, beam_size, visible)), step)
         new_layers = []
-        layer_kernels = kernels or [None] * len(self.stack)
-        for layer, key_value, layer_cache, kernels in zip(self.stack, memory_key_values, cache["layers"],
-                                                          layer_kernels):
-            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size, mask, kernels)
+        for layer, key_value, layer_cache, layer_kernels in zip(self.stack, memory_key_values, cache["layers"],
+                                                                kernels or [None] * len(self.stack)):
+            x, layer_cache = layer.call_cached(x, key_value, memory_bias, layer_cache, step, beam_size, mask,
+                                               layer_kernels)
             new_layers.append(layer_cache)
         return self._final(x), {"beams": beams, "layers": new_layers}

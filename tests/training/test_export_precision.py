@@ -1,6 +1,7 @@
 """The run's export in another precision: pipelines.train_wmt --export-precision reaches the export,
 which is made in that precision and recorded, so that a finished run asked for another precision
 exports again. The SavedModel itself is tested in tests/test_export.py; here the export is faked."""
+import dataclasses
 import json
 import re
 
@@ -8,6 +9,7 @@ import pytest
 
 from keras_transformer import DecodeConfig, Transformer
 from keras_transformer.export import Translator
+from keras_transformer.model import transposed_here
 from keras_transformer.training import run
 from pipelines import train_wmt
 
@@ -35,6 +37,7 @@ def test_the_run_exports_in_the_precision_asked_and_again_when_it_changes(tmp_pa
     first = run.export_saved_model(translator, tmp_path, export_dir, step=10, precision="bfloat16")
     (bfloat16,) = fake_export
     assert {weight.dtype for weight in bfloat16.model.weights} == {"bfloat16"}
+    decode_config = dataclasses.replace(decode_config, transposed_kernels=transposed_here())  # as chosen here
     assert (bfloat16.decode_config, bfloat16.max_source_length, bfloat16.max_beam_size) == (decode_config, 40, 3)
     assert json.loads((tmp_path / run.EXPORT_RECORD).read_text())["precision"] == "bfloat16"
     # The same step in the same precision: reused.
