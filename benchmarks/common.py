@@ -1,8 +1,10 @@
 """What every benchmark shares: TensorFlow's threads and oneDNN set before it loads, best-of-N timing
 with CPU accounting, and one JSON object per figure on stdout (the contract of the peer harness)."""
 import argparse
+import collections
 import json
 import os
+import pathlib
 import sys
 import time
 
@@ -71,3 +73,51 @@ def emit(**record):
 
 def log(*parts):
     print(*parts, file=sys.stderr, flush=True)
+
+
+def op_seconds(xplane_path):
+    """Counter {op type: seconds} of the ops' own time in a host trace: TraceMe events named
+    "op name:OpType", less the op events nested in them on their thread. Function calls
+    (PartitionedCall and its kin, KernelAndDeviceFunc::Run) are left out: their time is that of the
+    ops they run, and waiting; XLA executables count as "XLA-compiled code"."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace.FromString(pathlib.Path(xplane_path).read_bytes())
+    seconds = collections.Counter()
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        names = {key: metadata.name for key, metadata in plane.event_metadata.items()}
+        for line in plane.lines:
+            enclosing = []  # [end, op type or None] of the events that enclose the current one
+            for event in sorted(line.events, key=lambda event: (event.offset_ps, -event.duration_ps)):
+                while enclosing and enclosing[-1][0] <= event.offset_ps:
+                    enclosing.pop()
+                name = names.get(event.metadata_id, "")
+                op = name.rsplit(":", 1)[1] if ":" in name and not name.endswith(":") else None
+                if op and ("PartitionedCall" in op or not op.isidentifier()):  # calls, "EagerLocalExecute: fn"
+                    op = None
+                if "::" in name:  # C++ scopes, not ops; XLA's executables run the compiled loss
+                    op = "XLA-compiled code" if name.endswith("ExecuteAsyncOnStream") else None
+                if op:
+                    seconds[op] += event.duration_ps / 1e12
+                    parent = next((item[1] for item in reversed(enclosing) if item[1]), None)
+                    if parent:
+                        seconds[parent] -= event.duration_ps / 1e12
+                enclosing.append([event.offset_ps + event.duration_ps, op])
+    return seconds
+
+
+def profiled(tf, fn, directory, top=15):
+    """Run fn once under TensorFlow's profiler (the trace goes to directory, for TensorBoard's
+    profile tab): {"op_thread_seconds": total, "top": the `top` op types by their own time, with
+    their share}, for `emit`."""
+    directory = pathlib.Path(directory)
+    tf.profiler.experimental.start(str(directory))
+    fn()
+    tf.profiler.experimental.stop()
+    seconds = op_seconds(max(directory.rglob("*.xplane.pb"), key=os.path.getmtime))
+    total = sum(seconds.values())
+    return {"op_thread_seconds": round(total, 3),
+            "top": [{"op": op, "thread_seconds": round(value, 3), "share": round(value / total, 3)}
+                    for op, value in seconds.most_common(top)]}

@@ -2,7 +2,7 @@
 
     python benchmarks/decode.py --preset base --vocab-size 32000 --batch-size 64 --source-length 25 \
         --output-length 25 --beam-size 4 --threads 2 [--no-cache] [--saved-model] [--jit-compile] \
-        [--parallel-groups 2] [--dtype bfloat16] [--transposed-kernels on|off]
+        [--parallel-groups 2] [--dtype bfloat16] [--transposed-kernels on|off] [--profile DIR]
 
 Every sentence decodes exactly --output-length tokens, as the peer harness forces its peers:
 min_length = max_length = output length (EOS is forbidden before, and the search stops there).
@@ -22,6 +22,9 @@ batch * output_length / seconds, ...}.
                  that dtype (keras_transformer.precision.model_in_precision, what pipelines.export
                  --precision exports), in process and with --saved-model alike. bfloat16 pays off on
                  CPUs with AVX512_BF16 or AMX; elsewhere it runs, slower, after a warning.
+  --profile DIR  also decode once more under TensorFlow's profiler (DIR holds the trace) and print
+                 a second JSON line, {"task": "decode_profile", ...}: op time in thread-seconds by
+                 op type, largest first (as benchmarks/train_step.py --profile).
   --transposed-kernels  on / off: whether a step computes x W as (W^T x^T)^T with the kernels
                  transposed once (Transformer.decoding_step_fn's transposed_kernels); auto (the
                  default) lets the library choose by the CPU.
@@ -31,7 +34,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import base_parser, best_of, emit, log, setup_tensorflow  # noqa: E402
+from benchmarks.common import base_parser, best_of, emit, log, profiled, setup_tensorflow  # noqa: E402
 
 ALPHA = 0.6
 TRANSPOSED = {"auto": None, "on": True, "off": False}
@@ -102,6 +105,8 @@ def main():
     parser.add_argument("--transposed-kernels", choices=tuple(TRANSPOSED), default="auto",
                         help="compute a step's products with the kernels transposed once (default: "
                              "the library's choice for this CPU)")
+    parser.add_argument("--profile", metavar="DIR", help="decode once more under the profiler, into DIR")
+    parser.add_argument("--top", type=int, default=15, help="op types listed with --profile")
     args = parser.parse_args()
     if args.no_cache and args.jit_compile:
         parser.error("--no-cache decodes a prefix that grows every step, which XLA cannot compile")
@@ -130,6 +135,7 @@ def main():
         if not bool(tf.reduce_all(lengths == args.output_length)):
             raise AssertionError(f"output lengths {lengths.numpy()} are not all {args.output_length}")
         timing = best_of(lambda: decode(source_ids)[0].numpy(), runs=args.runs)
+        profile = args.profile and profiled(tf, lambda: decode(source_ids)[0].numpy(), args.profile, args.top)
     tokens = args.batch_size * args.output_length
     transposed = TRANSPOSED[args.transposed_kernels]
     transposed = transposed_here() if transposed is None else transposed
@@ -145,6 +151,9 @@ def main():
          parallel_groups=args.parallel_groups, dtype=args.dtype, intra_op_threads=intra_op_threads,
          transposed_kernels=transposed, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
+    if profile:
+        emit(task="decode_profile", beam=args.beam_size, preset=args.preset, parallel_groups=args.parallel_groups,
+             dtype=args.dtype, transposed_kernels=transposed, trace=args.profile, **profile)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ TensorBoard's profile tab) and prints a second JSON line, {"task": "train_profil
 step's op time in thread-seconds by op type (each op's own time, without the ops it runs inside
 it, summed over the threads that run ops), largest first, and its share of the total.
 """
-import collections
 import os
 import pathlib
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import base_parser, best_of, emit, log, setup_tensorflow  # noqa: E402
+from benchmarks.common import base_parser, best_of, emit, log, profiled, setup_tensorflow  # noqa: E402
 
 
 def main():
@@ -50,48 +49,8 @@ def main():
          jit_compile=args.jit_compile, dtype_policy=args.dtype_policy, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
     if args.profile:
-        tf.profiler.experimental.start(str(args.profile))
-        float(step(batch)["loss"])
-        tf.profiler.experimental.stop()
-        seconds = op_seconds(max(args.profile.rglob("*.xplane.pb"), key=os.path.getmtime))
-        total = sum(seconds.values())
         emit(task="train_profile", preset=args.preset, dtype_policy=args.dtype_policy, trace=str(args.profile),
-             op_thread_seconds=round(total, 3),
-             top=[{"op": op, "thread_seconds": round(value, 3), "share": round(value / total, 3)}
-                  for op, value in seconds.most_common(args.top)])
-
-
-def op_seconds(xplane_path):
-    """Counter {op type: seconds} of the ops' own time in a host trace: TraceMe events named
-    "op name:OpType", less the op events nested in them on their thread. Function calls
-    (PartitionedCall and its kin, KernelAndDeviceFunc::Run) are left out: their time is that of the
-    ops they run, and waiting; XLA executables count as "XLA-compiled code"."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    space = xplane_pb2.XSpace.FromString(pathlib.Path(xplane_path).read_bytes())
-    seconds = collections.Counter()
-    for plane in space.planes:
-        if plane.name != "/host:CPU":
-            continue
-        names = {key: metadata.name for key, metadata in plane.event_metadata.items()}
-        for line in plane.lines:
-            enclosing = []  # [end, op type or None] of the events that enclose the current one
-            for event in sorted(line.events, key=lambda event: (event.offset_ps, -event.duration_ps)):
-                while enclosing and enclosing[-1][0] <= event.offset_ps:
-                    enclosing.pop()
-                name = names.get(event.metadata_id, "")
-                op = name.rsplit(":", 1)[1] if ":" in name and not name.endswith(":") else None
-                if op and ("PartitionedCall" in op or not op.isidentifier()):  # calls, "EagerLocalExecute: fn"
-                    op = None
-                if "::" in name:  # C++ scopes, not ops; XLA's executables run the compiled loss
-                    op = "XLA-compiled code" if name.endswith("ExecuteAsyncOnStream") else None
-                if op:
-                    seconds[op] += event.duration_ps / 1e12
-                    parent = next((item[1] for item in reversed(enclosing) if item[1]), None)
-                    if parent:
-                        seconds[parent] -= event.duration_ps / 1e12
-                enclosing.append([event.offset_ps + event.duration_ps, op])
-    return seconds
+             **profiled(tf, lambda: float(step(batch)["loss"]), args.profile, args.top))
 
 
 if __name__ == "__main__":
