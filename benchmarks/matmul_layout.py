@@ -4,12 +4,13 @@
 
 For each kernel W a decoding step multiplies by (a decoder layer's (D, 3D) self-attention
 projection, (D, D) attention query or output projection, (D, d_ff) and (d_ff, D) feed-forward
-kernels, and the (D, V) output projection), times x W on x (rows, D_in) two ways:
+kernels, and the (D, V) output projection), times x W on x (rows, D_in) in both layouts, and
+in numpy for scale:
   stored       x @ W, the kernel as it is stored (D_in, D_out);
   transposed   (W^T @ x^T)^T, the kernel transposed once beforehand (D_out, D_in), what
                `transposed_kernels` does at every step (the output projection is left stored);
   numpy        x @ W in numpy (its BLAS, e.g. OpenBLAS, with --threads threads): what the CPU
-               gives outside TensorFlow, for scale.
+               gives outside TensorFlow.
 --rows is a step's rows: sentences x beam, per parallel group (64 sentences at beam 4 in 2 groups:
 128); --threads 1 is a group's one intra-op thread. Prints one JSON line per kernel and layout
 ({"task": "matmul_layout", "kernel": "(512, 2048)", "layout": "stored", "gflops": ..., ...}): the
