@@ -71,7 +71,7 @@ def make_decoder(tf, model, args):
         else:
             step_fn, cache = model.decoding_step_fn(source_ids, beam_size, cache_length=length,
                                                     parallel_groups=args.parallel_groups,
-                                                    transposed_kernels=TRANSPOSED[args.transposed_kernels])
+                                                    transposed_kernels=args.transposed)
         result = beam_search(step_fn, cache, batch_size, beam_size, tf.fill([batch_size], length), BOS_ID,
                              EOS_ID, alpha=ALPHA, max_length=length, num_return=1, min_length=length)
         return result["ids"][:, 0], result["lengths"][:, 0]
@@ -121,6 +121,8 @@ def main():
     from keras_transformer.model import transposed_here
     from keras_transformer.precision import model_in_precision, warn_if_slow_here
 
+    transposed = TRANSPOSED[args.transposed_kernels]
+    args.transposed = transposed_here() if transposed is None else transposed  # chosen once: decoded and logged
     keras.utils.set_random_seed(0)
     model = model_in_precision(kt.Transformer.from_preset(args.preset, vocab_size=args.vocab_size), args.dtype)
     warn_if_slow_here(args.dtype)
@@ -137,23 +139,21 @@ def main():
         timing = best_of(lambda: decode(source_ids)[0].numpy(), runs=args.runs)
         profile = args.profile and profiled(tf, lambda: decode(source_ids)[0].numpy(), args.profile, args.top)
     tokens = args.batch_size * args.output_length
-    transposed = TRANSPOSED[args.transposed_kernels]
-    transposed = transposed_here() if transposed is None else transposed
     log(f"keras_transformer decode, beam {args.beam_size}{', no cache' if args.no_cache else ''}"
         f"{f', {args.parallel_groups} groups' if args.parallel_groups > 1 else ''}"
         f"{', SavedModel' if args.saved_model else ''}{f', {args.dtype}' if args.dtype != 'float32' else ''}"
-        f"{', kernels transposed' if transposed else ''}"
+        f"{', kernels transposed' if args.transposed else ''}"
         f": {timing['seconds']:.2f} s, "
         f"{tokens / timing['seconds']:.0f} target tok/s")
     emit(task="decode", beam=args.beam_size, preset=args.preset, threads=args.threads, batch=args.batch_size,
          source_length=args.source_length, output_length=args.output_length, cache=not args.no_cache,
          saved_model=args.saved_model, jit_compile=args.jit_compile, onednn=args.onednn,
          parallel_groups=args.parallel_groups, dtype=args.dtype, intra_op_threads=intra_op_threads,
-         transposed_kernels=transposed, **timing,
+         transposed_kernels=args.transposed, **timing,
          target_tokens_per_second=round(tokens / timing["seconds"], 1))
     if profile:
         emit(task="decode_profile", beam=args.beam_size, preset=args.preset, parallel_groups=args.parallel_groups,
-             dtype=args.dtype, transposed_kernels=transposed, trace=args.profile, **profile)
+             dtype=args.dtype, transposed_kernels=args.transposed, trace=args.profile, **profile)
 
 
 if __name__ == "__main__":

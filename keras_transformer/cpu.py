@@ -1,15 +1,22 @@
 """What the CPU can do, from /proc/cpuinfo: the choices that depend on it (bfloat16's warning, the
 decoder's layout of its matrix products) read it here."""
+import functools
 import pathlib
+
+
+@functools.lru_cache(maxsize=1)
+def _proc_cpuinfo():
+    """/proc/cpuinfo's text, read once per process (every trace of a decoder asks), or None."""
+    path = pathlib.Path("/proc/cpuinfo")
+    return path.read_text(errors="replace") if path.is_file() else None
 
 
 def cpu_flags(cpuinfo_text=None):
     """The feature flags of the first CPU in /proc/cpuinfo (or of cpuinfo_text); None if unknown."""
     if cpuinfo_text is None:
-        path = pathlib.Path("/proc/cpuinfo")
-        if not path.is_file():
+        cpuinfo_text = _proc_cpuinfo()
+        if cpuinfo_text is None:
             return None
-        cpuinfo_text = path.read_text(errors="replace")
     for line in cpuinfo_text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):  # x86, Arm
