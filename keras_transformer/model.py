@@ -212,35 +212,69 @@ class Transformer(keras.Model):
 
     # Training: the loss is divided by the real target tokens of the global batch.
 
-    def compile(self, optimizer=None, loss=None, metrics=None, **kwargs):
-        """keras.Model.compile, with the paper's optimizer, loss and metrics where none is given."""
+    def compile(self, optimizer=None, loss=None, metrics=None, jit_compile="auto", **kwargs):
+        """keras.Model.compile, with the paper's optimizer, loss and metrics where none is given.
+
+        jit_compile=True over several replicas (MirroredStrategy, MultiWorkerMirroredStrategy)
+        compiles each replica's forward and backward pass with XLA and leaves the collectives
+        (the all-reduce of the token count and of the gradients, the data position's all-gather) and
+        the optimizer's update to TensorFlow:
+        Keras 3 would compile the step of all replicas as one XLA function, which XLA cannot run
+        (variables on other devices; no XLA kernel for CollectiveGatherV2). On one device, and on
+        TPUs (whose steps are compiled whole anyway), it is Keras' own whole-step compilation.
+        """
         optimizer = optimizer if optimizer is not None else paper_optimizer(self.config.d_model)
         loss = loss if loss is not None else LabelSmoothedCrossEntropy(self.config.label_smoothing)
         metrics = metrics if metrics is not None else [MaskedTokenAccuracy(), Perplexity()]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+        strategy = self.distribute_strategy
+        self._replica_xla = (jit_compile is True and strategy.num_replicas_in_sync > 1
+                             and not isinstance(strategy, tf.distribute.TPUStrategy))
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                        jit_compile=False if self._replica_xla else jit_compile, **kwargs)
 
-    def _token_normalized_loss(self, y, logits):
-        """This replica's share of the global-batch loss: its token-loss sum / all replicas' tokens.
+    @property
+    def replica_xla(self) -> bool:
+        """Whether each replica's forward and backward pass is XLA-compiled apart (see compile)."""
+        return getattr(self, "_replica_xla", False)
 
-        Keras sums the replicas' gradients, so the shares add up to the loss of the whole batch.
-        """
-        total, count, _ = self.loss.sum_and_count(y, logits)
-        global_count = count
+    def _global_token_count(self, y):
+        """The real target tokens of the global batch (all replicas'; y may hold several
+        micro-batches), at least 1: the loss's divisor."""
+        count = tf.reduce_sum(tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.loss.pad_id), tf.float32))
         replica_context = tf.distribute.get_replica_context()
         if replica_context is not None and replica_context.num_replicas_in_sync > 1:
-            global_count = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+            count = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        return tf.maximum(count, 1.0)
+
+    def _loss_and_gradients(self, x, y, global_count):
+        """(gradients, logits, token-loss sum, real tokens) of this replica's batch. The gradients are
+        those of its share of the global batch's loss, its token-loss sum / global_count (times the
+        optimizer's loss scale, if any): Keras sums the replicas' gradients, so the shares add up to
+        the whole batch's loss. Under replica_xla it is XLA-compiled on its own, by a tf.function
+        made at each trace of the step (one a replica), so that none is kept on the model for a
+        SavedModel to find."""
+        if self.replica_xla:
+            return tf.function(self._uncompiled_loss_and_gradients, jit_compile=True,
+                               autograph=False)(x, y, global_count)
+        return self._uncompiled_loss_and_gradients(x, y, global_count)
+
+    def _uncompiled_loss_and_gradients(self, x, y, global_count):
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            total, count, _ = self.loss.sum_and_count(y, logits)
+            scaled_loss = self.optimizer.scale_loss(total / global_count)
+        return tape.gradient(scaled_loss, self.trainable_weights), logits, total, count
+
+    def _track_loss(self, total, count):
+        """The reported loss: the mean token loss, weighted by the real tokens."""
         self._loss_tracker.update_state(total / tf.maximum(count, 1.0), sample_weight=count)
-        return total / tf.maximum(global_count, 1.0)
 
     def train_step(self, data):
         if not hasattr(self.loss, "sum_and_count"):
             return super().train_step(data)
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            logits = self(x, training=True)
-            loss = self._token_normalized_loss(y, logits)
-            scaled_loss = self.optimizer.scale_loss(loss)
-        gradients = tape.gradient(scaled_loss, self.trainable_weights)
+        gradients, logits, total, count = self._loss_and_gradients(x, y, self._global_token_count(y))
+        self._track_loss(total, count)
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
         return self.compute_metrics(x, y, logits)
 
@@ -249,7 +283,8 @@ class Transformer(keras.Model):
             return super().test_step(data)
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
         logits = self(x, training=False)
-        self._token_normalized_loss(y, logits)
+        total, count, _ = self.loss.sum_and_count(y, logits)
+        self._track_loss(total, count)
         return self.compute_metrics(x, y, logits)
 
     def get_config(self):

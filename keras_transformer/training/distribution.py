@@ -255,6 +255,21 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
     return strategy.extended._num_workers if is_multi_worker(strategy) else 1
 
 
+# The names users know for TensorFlow's strategy classes (tf.distribute.MultiWorkerMirroredStrategy
+# makes a CollectiveAllReduceStrategy, tf.distribute.TPUStrategy a TPUStrategyV2).
+_PUBLIC_NAMES = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy", "TPUStrategyV2": "TPUStrategy"}
+
+
+def describe_strategy(strategy: tf.distribute.Strategy) -> str:
+    """What a run trains on, for its log: "MultiWorkerMirroredStrategy: 2 workers, 4 replicas"."""
+    name = type(strategy).__name__
+    if name == "_DefaultDistributionStrategy":
+        return "one device, no distribution strategy"
+    replicas, workers = strategy.num_replicas_in_sync, num_workers(strategy)
+    where = f"{workers} workers, " if workers > 1 else ""
+    return f"{_PUBLIC_NAMES.get(name, name)}: {where}{replicas} replica{'s' if replicas > 1 else ''}"
+
+
 def any_worker(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> list[bool]:
     """For each flag, whether it is true on any worker: a collective, which every worker must call at
     the same point (e.g. to agree on saving when one worker's clock says a checkpoint is due)."""

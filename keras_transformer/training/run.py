@@ -34,9 +34,9 @@ from keras_transformer.training.checkpointing import (CheckpointCallback, RunChe
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
 from keras_transformer.training.distribution import (PEER_FAILURES, WorkerLost, any_worker, check_workers_agree,
-                                                     is_chief, num_workers, select_strategy, set_mixed_precision,
-                                                     mean_over_workers, wait_for_all_workers, worker_index,
-                                                     xla_compilation_errors_name_the_flag)
+                                                     describe_strategy, is_chief, mean_over_workers, num_workers,
+                                                     select_strategy, set_mixed_precision, wait_for_all_workers,
+                                                     worker_index, xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
 from keras_transformer.training.summaries import TrainingMonitor
@@ -337,6 +337,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     workdir = pathlib.Path(workdir)
     keras.utils.set_random_seed(configs.run.seed)
     strategy = strategy or select_strategy()
+    logger.info("training on %s", describe_strategy(strategy))
     chief = is_chief(strategy)
     configs = with_micro_batch_budget(configs, strategy.num_replicas_in_sync)
     data = configs.data

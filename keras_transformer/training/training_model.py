@@ -70,22 +70,14 @@ class TrainingTransformer(Transformer):
         return _reducible_across_workers(super().test_step(data))
 
     def _accumulated_train_step(self, micro_batches):
-        target_output = micro_batches["target_output_ids"]  # (K, budget), 0 beyond each micro-batch
-        global_count = tf.reduce_sum(tf.cast(tf.not_equal(target_output, self.loss.pad_id), tf.float32))
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, global_count)
-        global_count = tf.maximum(global_count, 1.0)
+        # (K, budget), 0 beyond each micro-batch: the divisor is the tokens of all K and all replicas.
+        global_count = self._global_token_count(micro_batches["target_output_ids"])
         variables = self.trainable_variables
 
         def body(index, gradient_sums):
             x, y = unpack_micro_batch(micro_batches, index)
-            with tf.GradientTape() as tape:
-                logits = self(x, training=True)
-                total, count, _ = self.loss.sum_and_count(y, logits)
-                scaled_loss = self.optimizer.scale_loss(total / global_count)
-            gradients = tape.gradient(scaled_loss, variables)
-            self._loss_tracker.update_state(total / tf.maximum(count, 1.0), sample_weight=count)
+            gradients, logits, total, count = self._loss_and_gradients(x, y, global_count)
+            self._track_loss(total, count)
             self.compute_metrics(x, y, logits)
             return index + 1, [total_gradient + tf.convert_to_tensor(gradient)
                                for total_gradient, gradient in zip(gradient_sums, gradients)]

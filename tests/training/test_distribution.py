@@ -72,19 +72,22 @@ def _element(batch, position):
     return {"batch": batch, "position": np.array(position, np.int64)}
 
 
-def _train_one_step(strategy, initial_weights, dataset, accumulate_steps=1, policy="float32"):
+def _train_one_step(strategy, initial_weights, dataset, accumulate_steps=1, policy="float32", jit_compile=False,
+                    model_out=None):
     """One optimizer step of a TrainingTransformer (SGD, learning rate 1) from initial_weights on
     `dataset` (one step's elements) under a dtype policy; returns (reported loss, weights,
-    DataPosition value)."""
+    DataPosition value). The model is appended to model_out (a list) if given."""
     set_dtype_policy(policy)
     with strategy.scope():
         position = DataPosition()
         model = TrainingTransformer(CONFIG, accumulate_steps=accumulate_steps, data_position=position)
-        model.compile(optimizer=keras.optimizers.SGD(1.0))
+        model.compile(optimizer=keras.optimizers.SGD(1.0), jit_compile=jit_compile)
         model.prepare_for_training()
         model.set_weights(initial_weights)
     history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False).history
     assert int(model.optimizer.iterations.numpy()) == 1
+    if model_out is not None:
+        model_out.append(model)
     return history["loss"][0], model.get_weights(), position.value()
 
 
@@ -163,3 +166,56 @@ def test_accumulated_micro_batches_equal_one_step_on_their_union(policy):
 
     _assert_same_step(accumulated, expected, initial, policy)
     assert accumulated[2] == (4, 0, 1)
+
+
+def _xla_compiled_functions(model):
+    """Names of the functions that the model's traced training step calls with XLA's must-compile mark
+    (Keras keeps the step's tf.function in its train_function's closure)."""
+    functions = [cell.cell_contents for cell in model.train_function.__closure__ or ()
+                 if isinstance(cell.cell_contents, tf.types.experimental.PolymorphicFunction)]
+    assert functions, "no tf.function in the train_function's closure"
+    names = set()
+    for function in functions:
+        for concrete in function._list_all_concrete_functions():
+            graph = concrete.graph.as_graph_def()
+            for node in [*graph.node, *(node for library in graph.library.function for node in library.node_def)]:
+                if "_XlaMustCompile" in node.attr and node.attr["_XlaMustCompile"].b:
+                    names.add(node.attr["f"].func.name)
+    return names
+
+
+def test_jit_compile_over_replicas_compiles_each_replica_and_equals_the_plain_step():
+    """--jit-compile over 2 replicas: Keras 3 would compile the step of both as one XLA function,
+    which fails (a replica's variables are on another device; under MultiWorkerMirroredStrategy,
+    CollectiveGatherV2 has no XLA kernel). Each replica's forward and backward pass is compiled
+    apart instead, and the step equals the one without XLA, here with float16's loss scale and 2
+    accumulated micro-batches (the same function computes a step without accumulation; several
+    workers, float32, no accumulation, with XLA: tests/training/test_multi_worker.py)."""
+    policy, accumulate_steps = "mixed_float16", 2
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    batches = _batches(np.random.default_rng(2), 2 * accumulate_steps)
+    elements = [_element(b, [0, 0, index]) for index, b in enumerate(batches)]
+    budget = max(max(b[0][0].size, b[1].size) for b in batches)
+    initial = _initial_weights()
+
+    def step(jit_compile):
+        # Not collective ops: their group of 2 devices would clash with this process's groups of 8.
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        models = []
+
+        def dataset(context):  # one input pipeline: consecutive elements (or packs of them) go to replicas 0, 1
+            stream = _ragged_elements(elements)
+            return pack_micro_batches(stream, accumulate_steps, budget) if accumulate_steps > 1 else stream
+
+        result = _train_one_step(strategy, initial, strategy.distribute_datasets_from_function(dataset),
+                                 accumulate_steps=accumulate_steps, policy=policy, jit_compile=jit_compile,
+                                 model_out=models)
+        return result, models[0]
+
+    (compiled, compiled_model), (plain, plain_model) = step(True), step(False)
+    assert compiled_model.replica_xla and not plain_model.replica_xla
+    compiled_functions = _xla_compiled_functions(compiled_model)
+    assert any("_uncompiled_loss_and_gradients" in name for name in compiled_functions), compiled_functions
+    assert not any("_uncompiled_loss_and_gradients" in name for name in _xla_compiled_functions(plain_model))
+    _assert_same_step(compiled, plain, initial, policy)
+    assert compiled[2] == plain[2] == (0, 0, len(batches))

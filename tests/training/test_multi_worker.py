@@ -218,6 +218,8 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(two_workers):
     saved, workdir = two_workers.saved, two_workers.directory / "workdir"
     restored = f"restored {checkpoint_directory(workdir)}/ckpt-{saved} (step {saved})"
     assert all(restored in log for log in two_workers.logs), two_workers.logs[0][-4000:]
+    strategy = "training on LogicalCpuMultiWorkerMirroredStrategy: 2 workers, 4 replicas"
+    assert strategy in chief_log and all(strategy in log for log in two_workers.logs)
 
 
 @pytest.mark.slow
@@ -267,9 +269,15 @@ def test_a_time_budgets_cooldown_is_the_same_on_every_worker(tmp_path, corpus_sp
     """With 99.5% of a 10-minute budget for the cooldown (and train_steps far away), it is due after 3
     seconds, at the first steps: each worker's clock and step rate differ, but they agree on where it
     starts and ends (any_worker, mean_over_workers), and stop together, at its end (or at the
-    deadline, if the rate so far was too high a guess). Had they not, one would wait for the other."""
-    logs = _run_workers(tmp_path, corpus_spec, ["--no-export", "--train-steps", "100000", "--max-train-minutes",
-                                                "10", "--set", "cooldown_fraction=0.995"])
+    deadline, if the rate so far was too high a guess). Had they not, one would wait for the other.
+    One logical CPU a worker (the later --cpu-devices wins): TensorFlow's own MultiWorkerMirroredStrategy,
+    as a cluster of one-GPU machines runs it, where the README's commands run the logical-CPU one; and
+    with --jit-compile, whose whole-step compilation by Keras failed there (each replica's forward and
+    backward pass is compiled apart, tests/training/test_distribution.py)."""
+    logs = _run_workers(tmp_path, corpus_spec, ["--no-export", "--cpu-devices", "1", "--jit-compile", "--train-steps",
+                                                "100000", "--max-train-minutes", "10", "--set",
+                                                "cooldown_fraction=0.995"])
+    assert all("training on MultiWorkerMirroredStrategy: 2 workers, 2 replicas" in log for log in logs), logs[0][-3000:]
     planned = [re.findall(r"the time budget's cooldown: .*", log) for log in logs]
     assert len(planned[0]) == 1 and planned[0] == planned[1], logs[0][-3000:]
     stops = [re.findall(r"(?:the learning rate's cooldown ended|the training time limit is reached) at step \d+", log)

@@ -91,6 +91,14 @@ def test_the_notebook_uses_the_same_rules():
     assert "TPUClusterResolver" not in notebook  # no second copy of the rules
 
 
+def test_the_log_says_what_a_run_trains_on():
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")[:2]]
+    assert distribution.describe_strategy(tf.distribute.get_strategy()) == "one device, no distribution strategy"
+    assert distribution.describe_strategy(tf.distribute.MirroredStrategy(devices)) == "MirroredStrategy: 2 replicas"
+    assert distribution.describe_strategy(tf.distribute.OneDeviceStrategy(devices[0])) == "OneDeviceStrategy: 1 replica"
+    # Several workers: tests/training/test_multi_worker.py reads both kinds from the workers' logs.
+
+
 def test_precision_modes():
     assert mixed_precision_policy("off") == "float32"
     assert mixed_precision_policy("on") == "mixed_bfloat16"  # no GPU here
