@@ -203,9 +203,8 @@ def test_jit_compile_over_replicas_compiles_each_replica_and_equals_the_plain_st
         strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
         models = []
 
-        def dataset(context):  # one input pipeline: consecutive elements (or packs of them) go to replicas 0, 1
-            stream = _ragged_elements(elements)
-            return pack_micro_batches(stream, accumulate_steps, budget) if accumulate_steps > 1 else stream
+        def dataset(context):  # one input pipeline: consecutive packs of micro-batches go to replicas 0, 1
+            return pack_micro_batches(_ragged_elements(elements), accumulate_steps, budget)
 
         result = _train_one_step(strategy, initial, strategy.distribute_datasets_from_function(dataset),
                                  accumulate_steps=accumulate_steps, policy=policy, jit_compile=jit_compile,
