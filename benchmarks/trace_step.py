@@ -26,12 +26,12 @@ def main():
     parser.add_argument("--length", type=int, default=12, help="source and target tokens of the first call's batch")
     args = parser.parse_args()
     tf = setup_tensorflow(args)
-    if args.replicas > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
     from keras_transformer.config import TRAIN_PRESETS, TransformerConfig
     from keras_transformer.schedule import paper_optimizer
+    from keras_transformer.training.distribution import split_cpu
     from keras_transformer.training.training_model import TrainingTransformer
+
+    split_cpu(args.replicas)  # as --cpu-devices does, before TensorFlow initializes
 
     strategy = (tf.distribute.MirroredStrategy([f"CPU:{i}" for i in range(args.replicas)]) if args.replicas > 1
                 else tf.distribute.get_strategy())
@@ -43,7 +43,7 @@ def main():
         model.prepare_for_training()
     spec = tf.TensorSpec([None, None], tf.int32)
     ids = tf.fill([args.batch_size, args.length], 5)
-    traces, first_calls, scopes, nodes = [], [], collections.Counter(), 0
+    traces, first_calls = [], []
     for _ in range(args.runs):
         @tf.function(input_signature=[spec, spec, spec], jit_compile=args.jit_compile and args.replicas == 1)
         def step(source, target_input, target_output):
@@ -55,9 +55,9 @@ def main():
         start = time.process_time()
         step(ids, ids, ids)
         first_calls.append(round(time.process_time() - start, 2))
-        graph = concrete.graph.as_graph_def()
-        nodes, scopes = len(graph.node), collections.Counter(node.name.split("/")[0] for node in graph.node)
-    emit(task="trace_step", preset=args.preset, replicas=args.replicas, nodes=nodes,
+    graph = concrete.graph.as_graph_def()  # every run's graph is the same: the last one's
+    scopes = collections.Counter(node.name.split("/")[0] for node in graph.node)
+    emit(task="trace_step", preset=args.preset, replicas=args.replicas, nodes=len(graph.node),
          scopes={name: count for name, count in scopes.most_common(4)},
          trace_cpu_seconds=traces, first_call_cpu_seconds=first_calls)
 
