@@ -221,16 +221,22 @@ class Transformer(keras.Model):
         the optimizer's update to TensorFlow:
         Keras 3 would compile the step of all replicas as one XLA function, which XLA cannot run
         (variables on other devices; no XLA kernel for CollectiveGatherV2). On one device, and on
-        TPUs (whose steps are compiled whole anyway), it is Keras' own whole-step compilation.
+        TPUs (whose steps are compiled whole anyway), it is Keras' own whole-step compilation
+        (TrainingTransformer also compiles passes apart on one device when it accumulates
+        micro-batches).
         """
         optimizer = optimizer if optimizer is not None else paper_optimizer(self.config.d_model)
         loss = loss if loss is not None else LabelSmoothedCrossEntropy(self.config.label_smoothing)
         metrics = metrics if metrics is not None else [MaskedTokenAccuracy(), Perplexity()]
-        strategy = self.distribute_strategy
-        self._replica_xla = (jit_compile is True and strategy.num_replicas_in_sync > 1
-                             and not isinstance(strategy, tf.distribute.TPUStrategy))
+        self._replica_xla = jit_compile is True and self._xla_compiles_passes_apart()
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
                         jit_compile=False if self._replica_xla else jit_compile, **kwargs)
+
+    def _xla_compiles_passes_apart(self) -> bool:
+        """Whether jit_compile=True compiles each forward and backward pass apart (see compile): over
+        several replicas, not on TPUs."""
+        strategy = self.distribute_strategy
+        return strategy.num_replicas_in_sync > 1 and not isinstance(strategy, tf.distribute.TPUStrategy)
 
     @property
     def replica_xla(self) -> bool:

@@ -11,6 +11,10 @@ Gradient accumulation: the step's loss is sum(token losses of all K micro-batche
 gradient of its own token-loss sum divided by that global count, so the sum of the K gradients
 is the gradient of the union's loss; the optimizer then applies it once (one learning-rate step).
 The micro-batches run in a tf.while_loop: one copy of the model in the graph whatever K is.
+Each is unpacked to its own (B, L) shape, which the data decide: XLA cannot compile that as part of
+one whole step ("Input 1 to node `while/Reshape` ... must be a compile-time constant"), so with
+jit_compile=True and K > 1 each micro-batch's forward and backward pass is compiled apart, on one
+device too, as Transformer.compile does over several replicas.
 """
 import keras
 import tensorflow as tf
@@ -35,6 +39,13 @@ class TrainingTransformer(Transformer):
         self.accumulate_steps = accumulate_steps
         # A bound method, which checkpoints do not follow: the position is no part of the model.
         self._record_position = data_position.record if data_position is not None else None
+
+    def _xla_compiles_passes_apart(self) -> bool:
+        """Over several replicas (Transformer), and on one device when accumulating micro-batches,
+        whose shapes XLA cannot compile into a whole step (see the module docstring); not on TPUs."""
+        if self.accumulate_steps > 1 and not isinstance(self.distribute_strategy, tf.distribute.TPUStrategy):
+            return True
+        return super()._xla_compiles_passes_apart()
 
     def prepare_for_training(self):
         """Builds the weights, the compiled loss and metrics, and the optimizer's slots.

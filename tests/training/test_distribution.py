@@ -184,31 +184,39 @@ def _xla_compiled_functions(model):
     return names
 
 
-def test_jit_compile_over_replicas_compiles_each_replica_and_equals_the_plain_step():
+@pytest.mark.parametrize("replicas", [2, 1])
+def test_jit_compile_compiles_each_pass_apart_and_equals_the_plain_step(replicas):
     """--jit-compile over 2 replicas: Keras 3 would compile the step of both as one XLA function,
     which fails (a replica's variables are on another device; under MultiWorkerMirroredStrategy,
     CollectiveGatherV2 has no XLA kernel). Each replica's forward and backward pass is compiled
     apart instead, and the step equals the one without XLA, here with float16's loss scale and 2
     accumulated micro-batches (the same function computes a step without accumulation; several
-    workers, float32, no accumulation, with XLA: tests/training/test_multi_worker.py)."""
+    workers, float32, no accumulation, with XLA: tests/training/test_multi_worker.py).
+
+    On one device (no strategy, as run.py trains there) the accumulated step is no whole-step XLA
+    function either: its micro-batches' shapes come from the data, and the whole step failed to
+    compile ("Input 1 to node `while/Reshape` with op Reshape must be a compile-time constant"),
+    which `--jit-compile --accumulate-steps 8`, the paper's batch on one GPU, ran into."""
     policy, accumulate_steps = "mixed_float16", 2
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    batches = _batches(np.random.default_rng(2), 2 * accumulate_steps)
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:replicas]
+    batches = _batches(np.random.default_rng(2), replicas * accumulate_steps)
     elements = [_element(b, [0, 0, index]) for index, b in enumerate(batches)]
     budget = max(max(b[0][0].size, b[1].size) for b in batches)
     initial = _initial_weights()
 
     def step(jit_compile):
-        # Not collective ops: their group of 2 devices would clash with this process's groups of 8.
-        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
         models = []
-
-        def dataset(context):  # one input pipeline: consecutive packs of micro-batches go to replicas 0, 1
-            return pack_micro_batches(_ragged_elements(elements), accumulate_steps, budget)
-
-        result = _train_one_step(strategy, initial, strategy.distribute_datasets_from_function(dataset),
-                                 accumulate_steps=accumulate_steps, policy=policy, jit_compile=jit_compile,
-                                 model_out=models)
+        if replicas == 1:
+            strategy = tf.distribute.get_strategy()
+            dataset = pack_micro_batches(_ragged_elements(elements), accumulate_steps, budget)
+        else:
+            # Not collective ops: their group of 2 devices would clash with this process's groups of 8.
+            strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+            # One input pipeline: consecutive packs of micro-batches go to replicas 0, 1.
+            dataset = strategy.distribute_datasets_from_function(
+                lambda context: pack_micro_batches(_ragged_elements(elements), accumulate_steps, budget))
+        result = _train_one_step(strategy, initial, dataset, accumulate_steps=accumulate_steps, policy=policy,
+                                 jit_compile=jit_compile, model_out=models)
         return result, models[0]
 
     (compiled, compiled_model), (plain, plain_model) = step(True), step(False)
