@@ -232,11 +232,14 @@ class Transformer(keras.Model):
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
                         jit_compile=False if self._replica_xla else jit_compile, **kwargs)
 
+    def _passes_per_step(self) -> int:
+        """Forward and backward passes in one optimizer step: one per replica."""
+        return self.distribute_strategy.num_replicas_in_sync
+
     def _xla_compiles_passes_apart(self) -> bool:
-        """Whether jit_compile=True compiles each forward and backward pass apart (see compile): over
-        several replicas, not on TPUs."""
-        strategy = self.distribute_strategy
-        return strategy.num_replicas_in_sync > 1 and not isinstance(strategy, tf.distribute.TPUStrategy)
+        """Whether jit_compile=True compiles each forward and backward pass apart (see compile):
+        when a step has several, not on TPUs."""
+        return self._passes_per_step() > 1 and not isinstance(self.distribute_strategy, tf.distribute.TPUStrategy)
 
     @property
     def replica_xla(self) -> bool:

@@ -40,12 +40,11 @@ class TrainingTransformer(Transformer):
         # A bound method, which checkpoints do not follow: the position is no part of the model.
         self._record_position = data_position.record if data_position is not None else None
 
-    def _xla_compiles_passes_apart(self) -> bool:
-        """Over several replicas (Transformer), and on one device when accumulating micro-batches,
-        whose shapes XLA cannot compile into a whole step (see the module docstring); not on TPUs."""
-        if self.accumulate_steps > 1 and not isinstance(self.distribute_strategy, tf.distribute.TPUStrategy):
-            return True
-        return super()._xla_compiles_passes_apart()
+    def _passes_per_step(self) -> int:
+        """One pass per replica and micro-batch: with several micro-batches, XLA compiles each pass
+        apart on one device too, since it cannot compile their shapes into a whole step (see the
+        module docstring)."""
+        return super()._passes_per_step() * self.accumulate_steps
 
     def prepare_for_training(self):
         """Builds the weights, the compiled loss and metrics, and the optimizer's slots.
