@@ -2,7 +2,7 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--linearization depth|brackets] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
+        [--linearization depth|depth_word_first|brackets] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
         [--set FIELD=VALUE ...]
 
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA), its trees as one label per
@@ -39,7 +39,7 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
-    parser.add_argument("--linearization", default="depth", choices=("brackets", "depth"),
+    parser.add_argument("--linearization", default="depth", choices=("brackets", "depth", "depth_word_first"),
                         help="trees as one label per word (the default here: chosen on GUM dev, README) "
                              "or as brackets (pipelines.train_parser's default, the paper's)")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")

@@ -35,7 +35,8 @@ def parse_args(argv=None):
                              "trains on 2 CPU cores; parsing_tiny: tests and the offline quick run")
     parser.add_argument("--linearization", default="brackets", choices=LINEARIZATIONS,
                         help="brackets: trees written depth first with their brackets (the paper's, after Vinyals "
-                             "et al.); depth: one tag and one depth label a word (Gomez-Rodriguez and Vilares, 2018)")
+                             "et al.); depth: one tag and one depth label a word (Gomez-Rodriguez and Vilares, 2018); "
+                             "depth_word_first: the same with each word before its tag")
     add_job_flags(parser)
     return parser.parse_args(argv)
 

@@ -5,7 +5,7 @@
 
 Sentences are the trees' words joined by single spaces; targets are the trees linearized as
 brackets (`linearize`, the default) or word by word with one label each ("depth": parsing.depth_labels,
-`linearize_by_word`). The trees
+`linearize_by_word`; "depth_word_first": each word before its tag). The trees
 are read again from the files each time a split is iterated (streamed, never held whole), and every
 file is checked once, before training starts, so that a bad tree stops the job with its file and
 line. The vocabulary keeps every tree token (label, tag, ")"; or tag and depth tokens) of the train
@@ -24,7 +24,8 @@ from keras_transformer.parsing.treebank import read_treebank, treebank_files
 from keras_transformer.parsing.trees import Tree
 
 SPEC_PREFIX = "treebank:"
-LINEARIZATIONS = ("brackets", "depth")
+LINEARIZATIONS = ("brackets", "depth", "depth_word_first")
+BY_WORD = ("depth", "depth_word_first")  # parsing.depth_labels' sequences
 
 
 def check_linearization(linearization: str) -> str:
@@ -35,7 +36,8 @@ def check_linearization(linearization: str) -> str:
 
 class TreebankCorpus(Corpus):
     """Treebank files per split (a path, a directory, or a list of them); "train" is required.
-    linearization: "brackets" (the paper's, after Vinyals et al.) or "depth" (one label per word)."""
+    linearization: "brackets" (the paper's, after Vinyals et al.), "depth" (one label per word) or
+    "depth_word_first" (the same with each word before its tag)."""
 
     source_language = "en"
     target_language = "trees"
@@ -64,7 +66,9 @@ class TreebankCorpus(Corpus):
         return self._sizes[split]
 
     def _sequence(self, tree: Tree) -> str:
-        return linearize(tree) if self.linearization == "brackets" else linearize_by_word(tree)
+        if self.linearization == "brackets":
+            return linearize(tree)
+        return linearize_by_word(tree, word_first=self.linearization == "depth_word_first")
 
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:
         for tree in self.trees(split):
@@ -89,7 +93,7 @@ class TreebankCorpus(Corpus):
 
 def treebank_spec(train, validation, test, linearization: str = "brackets") -> str:
     """The DataConfig.dataset naming a treebank corpus: "treebank:train=A;validation=B;test=C"
-    (several paths of one split joined by '+'), and ";linearization=depth" for that one."""
+    (several paths of one split joined by '+'), and ";linearization=NAME" for any but brackets."""
     def paths(value):
         values = [value] if isinstance(value, (str, pathlib.Path)) else list(value)
         return "+".join(str(pathlib.Path(v).resolve()) for v in values)

@@ -151,18 +151,21 @@ def depth_token(label: WordLabel) -> str:
     return f"{label.depth_change:+d}{label.lca}"
 
 
-def linearize_by_word(tree: Tree) -> str:
+def linearize_by_word(tree: Tree, word_first: bool = False) -> str:
     """The sequence the parser is trained on: word by word, its tag token, the word, and (but for
     the last word) its depth token:
 
         (S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))
         ->  NP>PRP I +1S VBD saw +1VP DT a +1NP NN dog -2S . .
+
+    word_first: each word before its tag token (`I NP>PRP +1S saw VBD +1VP ...`), so that the
+    decoder has just read the word it tags.
     """
     tokens = []
     for word, label in zip(tree.words(), encode(tree)):
         if tokens:
             tokens.append(depth_token(previous))
-        tokens += [tag_token(label), word]
+        tokens += [word, tag_token(label)] if word_first else [tag_token(label), word]
         previous = label
     return " ".join(tokens)
 
@@ -174,15 +177,20 @@ def label_tokens(tree: Tree) -> set[str]:
 
 
 def rebuild_by_word(sequence: str, words: Sequence[str]) -> Tree:
-    """The tree of a well-formed `linearize_by_word` sequence over `words`; TreeFormatError when it
-    is not one."""
+    """The tree of a well-formed `linearize_by_word` sequence over `words` (either order of tag and
+    word); TreeFormatError when it is not one."""
     tokens = sequence.split()
-    if len(tokens) != 3 * len(words) - 1 or tokens[1::3] != list(words):
+    whole = len(tokens) == 3 * len(words) - 1
+    if whole and tokens[1::3] == list(words):
+        tag_at = 0
+    elif whole and tokens[0::3] == list(words):
+        tag_at = 1  # word_first
+    else:
         raise TreeFormatError(f"not a sequence of tag, word and depth tokens over the {len(words)} words "
                               f"{' '.join(words)!r}: {sequence!r}")
     labels = []
     for i in range(len(words)):
-        unary, _, tag = tokens[3 * i].rpartition(UNARY_MARK)
+        unary, _, tag = tokens[3 * i + tag_at].rpartition(UNARY_MARK)
         change, lca = 0, ""
         if i + 1 < len(words):
             match = DEPTH_TOKEN.match(tokens[3 * i + 2])

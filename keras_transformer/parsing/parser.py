@@ -30,7 +30,10 @@ A vocabulary of parsing.depth_labels' tokens (a tag token and a depth token a wo
 `--linearization depth`) makes a parser by word: DepthConstraint allows, word by word, a tag token,
 the word's pieces copied, and a depth token but after the last word, then EOS, and the trees are
 built from the labels in TensorFlow ops (depth_labels.trees_from_labels). Its answers have exactly
-2 x words - 1 + pieces tokens and EOS, so the limit is on twice the words plus the pieces.
+2 x words - 1 + pieces tokens and EOS, so the limit is on twice the words plus the pieces. With
+`--linearization depth_word_first` (Parser's word_first) each word comes before its tag:
+WordFirstDepthConstraint copies the word's pieces, then allows a tag token, then a depth token, and
+the tag dictionary applies to the word just copied.
 
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
@@ -225,6 +228,51 @@ class DepthConstraint(TreeConstraint):
         return tf.gather(by_class, self.classes, axis=1)
 
 
+class WordFirstDepthConstraint(DepthConstraint):
+    """DepthConstraint for parsing.depth_labels' sequences with each word before its tag (the
+    "depth_word_first" linearization): word by word, the word's pieces copied, a tag token, and
+    (but after the last word) a depth token; then EOS. A word whose pieces were cut from the source
+    (see Parser) gets its tag without them. The state: (tags, copied, in a word, a depth token due,
+    words begun)."""
+
+    def initial_state(self):
+        zeros = tf.zeros_like(self.word_counts)
+        no = tf.cast(zeros, tf.bool)
+        return zeros, zeros, (self.word_counts > 0) & (self.piece_counts > 0), no, zeros
+
+    def _starts_word(self, copied):
+        """(N,) bool: whether the sentence piece at index `copied` (N,) begins a word (the first one
+        always does)."""
+        starts = tf.gather(self.word_starts, tf.minimum(copied, tf.shape(self.word_starts)[1] - 1), batch_dims=1)
+        return starts | tf.equal(copied, 0)
+
+    def update(self, state, choices):
+        tags, copied, in_word, due, begun = state
+        kind = tf.gather(self.classes, choices)  # (N,)
+        copy = kind == COPY
+        begun += tf.cast(copy & self._starts_word(copied), tf.int32)
+        tags += tf.cast(kind == TAG, tf.int32)
+        copied += tf.cast(copy, tf.int32)
+        # A word is copied after each depth token (the first one from the start), piece by piece;
+        # BOS at step 0 leaves the state as it is.
+        in_word = (copied < self.piece_counts) & (((kind == DEPTH) & (tags < self.word_counts))
+                                                  | (copy & ~self._starts_word(copied))
+                                                  | ((kind == FORBIDDEN) & in_word))
+        due = tf.where(kind == DEPTH, False, due | ((kind == TAG) & (tags < self.word_counts)))
+        return tags, copied, in_word, due, begun
+
+    def allowed(self, state, step):
+        tags, copied, in_word, due, begun = state
+        free = ~in_word
+        # the word to tag is copied (it began), or none of the sentence's pieces is left to copy
+        word_read = (begun > tags) | (copied >= self.piece_counts)
+        tag_ok = free & ~due & (tags < self.word_counts) & word_read
+        end_ok = free & ~due & tf.equal(tags, self.word_counts)
+        never = tf.zeros_like(in_word)
+        by_class = tf.stack([never, never, never, tag_ok, end_ok, in_word, free & due], axis=1)  # (N, 7)
+        return tf.gather(by_class, self.classes, axis=1)
+
+
 def constrained_step_fn(step_fn, cache, constraint: TreeConstraint, output_ids, pieces):
     """(step_fn', cache') for keras_transformer.decoding, whose choices are indices into output_ids
     (V',) and COPY (V'): step_fn (fed vocabulary ids, scoring output_ids) with a column for COPY,
@@ -332,10 +380,11 @@ class Parser(Translator):
     """Sentences in, trees out (module docstring). Arguments as Translator's; max_source_length
     defaults to the model's max_length - extra_length (the parsing presets: 1024 - 300).
     tag_dictionary: a parsing.tag_dictionary.TagDictionary that decoding obeys, or None (any tag
-    for any word)."""
+    for any word). word_first: the model writes each word before its tag (the "depth_word_first"
+    linearization; its vocabulary is that of "depth")."""
 
     def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
-                 max_beam_size=1, precision=None, tag_dictionary=None, name="parser"):
+                 max_beam_size=1, precision=None, tag_dictionary=None, word_first=False, name="parser"):
         extra_length = (decode_config or DecodeConfig()).extra_length
         if max_source_length is None:
             max_source_length = max(2, model.config.max_length - extra_length)
@@ -343,6 +392,10 @@ class Parser(Translator):
                          max_beam_size=max_beam_size, precision=precision, name=name)
         classes = piece_classes(self.sentencepiece_proto, model.config.vocab_size)
         self.by_word = bool((classes == DEPTH).any())  # parsing.depth_labels' sequences, not brackets
+        if word_first and not self.by_word:
+            raise ValueError("word_first is for a vocabulary of depth labels (parsing.depth_labels); "
+                             "this one has brackets")
+        self.word_first = bool(word_first)
         self.word_starts = word_start_pieces(self.sentencepiece_proto, model.config.vocab_size)
         # PAD first (index 0 pads answers as id 0 does), BOS (fed at step 0), EOS and the tree tokens.
         keep = classes != FORBIDDEN
@@ -387,7 +440,8 @@ class Parser(Translator):
     def settings(self):
         values = super().settings()
         dictionary = self.tag_dictionary
-        values.update(task="parsing", linearization="depth" if self.by_word else "brackets",
+        linearization = ("depth_word_first" if self.word_first else "depth") if self.by_word else "brackets"
+        values.update(task="parsing", linearization=linearization,
                       max_words_and_pieces=self.max_words_and_pieces,
                       tag_dictionary=None if dictionary is None else {
                           "min_count": dictionary.min_count, "words": len(dictionary.words),
@@ -436,7 +490,8 @@ class Parser(Translator):
         pieces = tf.repeat(pieces, beam_size, axis=0)  # (B*W, S)
         dictionary = {} if word_rows is None else dict(word_rows=tf.repeat(word_rows, beam_size, axis=0),
                                                        row_masks=self._row_masks)
-        constraint_class = DepthConstraint if self.by_word else TreeConstraint
+        constraint_class = (WordFirstDepthConstraint if self.word_first else DepthConstraint) if self.by_word \
+            else TreeConstraint
         constraint = constraint_class(self.piece_classes, tf.repeat(word_counts, beam_size),
                                     tf.repeat(max_lengths, beam_size),
                                     tf.gather(tf.constant(self.word_starts), pieces), tf.repeat(counts, beam_size),

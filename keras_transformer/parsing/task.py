@@ -5,14 +5,17 @@ Every answer is checked to be a tree over exactly the sentence's words; one that
 Parser's constrained decoding should never give) is repaired and counted.
 """
 import dataclasses
+import pathlib
 from typing import Optional, Sequence
 
-from keras_transformer.parsing.corpus import corpus_from_spec, gold_tree
+from keras_transformer.data import DataConfig
+from keras_transformer.parsing.corpus import corpus_from_spec, gold_tree, parse_spec
 from keras_transformer.parsing.evalb import CUTOFF_LENGTH, evalb
 from keras_transformer.parsing.linearization import Repairs, repair
 from keras_transformer.parsing.parser import Parser
 from keras_transformer.parsing.tag_dictionary import build_tag_dictionary, read_tag_dictionary, write_tag_dictionary
 from keras_transformer.parsing.trees import Tree, TreeFormatError, escape_word, parse_tree, tokenize_brackets
+from keras_transformer.training.run_config import RunConfigs
 from keras_transformer.training.task import Task
 
 
@@ -108,8 +111,12 @@ def write_parsing_files(workdir, corpus):
 
 
 def parser_options(workdir):
-    """The Parser's tag dictionary, where the run has one (delete the file to parse without)."""
-    return {"tag_dictionary": read_tag_dictionary(workdir)}
+    """The Parser's tag dictionary, where the run has one (delete the file to parse without), and the
+    order of word and tag of the run's linearization."""
+    data_config = pathlib.Path(workdir) / RunConfigs.FILENAMES["data"]
+    linearization = parse_spec(DataConfig.from_json(data_config.read_text()).dataset)[1] if data_config.is_file() \
+        else "brackets"
+    return {"tag_dictionary": read_tag_dictionary(workdir), "word_first": linearization == "depth_word_first"}
 
 
 PARSING = Task(name="parsing", corpus=parsing_corpus, translator_class=Parser, validation_metric=validation_f1,

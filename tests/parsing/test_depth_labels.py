@@ -14,8 +14,8 @@ from keras_transformer.decoding import beam_search
 from keras_transformer.parsing import parse_tree, read_treebank
 from keras_transformer.parsing.depth_labels import (WordLabel, collapse_unaries, decode, encode, linearize_by_word,
                                                     rebuild_by_word, trees_from_labels)
-from keras_transformer.parsing.parser import (DEPTH, END, TAG, DepthConstraint, Parser, answer_ids,
-                                              constrained_step_fn, labels_to_trees)
+from keras_transformer.parsing.parser import (DEPTH, END, TAG, DepthConstraint, Parser, WordFirstDepthConstraint,
+                                              answer_ids, constrained_step_fn, labels_to_trees)
 from keras_transformer.parsing.trees import TreeFormatError, escape_word
 from tests.parsing.test_parser import make_untrained_parser
 
@@ -74,7 +74,16 @@ def _tf_trees(items):
 def test_every_gum_tree_comes_back_from_its_labels(split):
     trees = list(read_treebank(require_shared_data(f"gum/{split}.ptb") / "gum" / f"{split}.ptb"))
     for tree in trees:
-        assert rebuild_by_word(linearize_by_word(tree), tree.words()) == tree, tree.to_string()
+        for word_first in (False, True):
+            assert rebuild_by_word(linearize_by_word(tree, word_first), tree.words()) == tree, tree.to_string()
+
+
+def test_word_first_writes_each_word_before_its_tag():
+    tree = parse_tree(TREE)
+    assert linearize_by_word(tree, word_first=True) == "I NP>PRP +1S saw VBD +1VP a DT +1NP dog NN -2S . ."
+    assert rebuild_by_word("I NP>PRP +1S saw VBD +1VP a DT +1NP dog NN -2S . .", tree.words()) == tree
+    with pytest.raises(TreeFormatError):
+        rebuild_by_word("I NP>PRP +1S VBD saw +1VP a DT +1NP dog NN -2S . .", tree.words())  # orders mixed
 
 
 def test_tensorflow_builds_the_python_tree_from_gold_and_spoiled_labels():
@@ -110,22 +119,24 @@ def fake_step_fn(seed):
     return step_fn
 
 
-def depth_constraint(sentences, beam_size=1, max_length=40):
+def depth_constraint(sentences, beam_size=1, max_length=40, constraint_class=DepthConstraint):
     width = max(len(pieces) for pieces in sentences)
     pieces = np.zeros([len(sentences), width], np.int32)
     for row, sentence in enumerate(sentences):
         pieces[row, :len(sentence)] = [TOKENS.index(piece) for piece in sentence]
     words = [sum(piece.startswith("▁") for piece in sentence) for sentence in sentences]
     repeat = lambda x: tf.repeat(tf.constant(np.asarray(x, np.int32)), beam_size, axis=0)  # noqa: E731
-    constraint = DepthConstraint(CLASSES, repeat(words), repeat([max_length] * len(sentences)),
-                                 tf.gather(WORD_STARTS, repeat(pieces)), repeat([len(s) for s in sentences]))
+    constraint = constraint_class(CLASSES, repeat(words), repeat([max_length] * len(sentences)),
+                                  tf.gather(WORD_STARTS, repeat(pieces)), repeat([len(s) for s in sentences]))
     return constraint, repeat(pieces)
 
 
+@pytest.mark.parametrize("word_first", [False, True])
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("seed", range(3))
-def test_decoding_by_word_gives_a_tag_the_word_and_a_depth_token_for_every_word(beam_size, seed):
-    constraint, pieces = depth_constraint(SENTENCES, beam_size)
+def test_decoding_by_word_gives_a_tag_the_word_and_a_depth_token_for_every_word(beam_size, seed, word_first):
+    constraint_class = WordFirstDepthConstraint if word_first else DepthConstraint
+    constraint, pieces = depth_constraint(SENTENCES, beam_size, constraint_class=constraint_class)
     step_fn, cache = constrained_step_fn(fake_step_fn(seed), tf.zeros([len(SENTENCES) * beam_size], tf.int32),
                                          constraint, OUTPUT_IDS, pieces)
     result = beam_search(step_fn, cache, len(SENTENCES), beam_size, tf.constant([40] * len(SENTENCES)), 2, 3,
@@ -136,23 +147,36 @@ def test_decoding_by_word_gives_a_tag_the_word_and_a_depth_token_for_every_word(
         assert list(row).count(3) == 1 and list(row).index(3) == 2 * len(words) - 1 + len(sentence)  # EOS
         text = "".join(TOKENS[i] for i in row if i not in (0, 3)).replace("▁", " ").strip()
         assert rebuild_by_word(text, words).words() == words
+        assert text.split()[0 if word_first else 1] == words[0]  # the order of word and tag
 
 
-def test_labels_to_trees_reads_tag_and_depth_tokens():
-    sequences = tf.constant(["NP>PRP +1S VBD +1VP DT +1NP NN -2S .", "S+NP>NN", "", "-LRB- +1NP NN +0NP -RRB-"])
-    words = tf.ragged.constant([["I", "saw", "a", "dog", "."], ["Hi"], [], ["(", "a:)", ")"]])
-    assert [tree.decode() for tree in labels_to_trees(sequences, words).numpy()] == [
-        TREE, "(S (NP (NN Hi)))", "", "(NP (-LRB- -LRB-) (NN a:-RRB-) (-RRB- -RRB-))"]
+def test_word_first_tags_a_word_whose_pieces_were_cut_without_them():
+    """A source of 2 words cut after the first one's pieces: the word past the cut gets its tag
+    without copies, as with the tag first. Each step allows one kind of choice here."""
+    constraint = WordFirstDepthConstraint(CLASSES, tf.constant([2]), tf.constant([40]),
+                                          tf.gather(WORD_STARTS, tf.constant([[TOKENS.index("▁the")]])),
+                                          tf.constant([1]))
+    names = {COPY: "COPY", TAG: "TAG", DEPTH: "DEPTH", END: "END"}
+    state, choice, kinds = constraint.initial_state(), 2, []  # BOS first, as constrained_step_fn feeds it
+    while not kinds or kinds[-1] != "END":
+        state = constraint.update(state, tf.constant([choice]))
+        allowed = np.flatnonzero(constraint.allowed(state, len(kinds)).numpy()[0])
+        allowed_kinds = {names[COPY if index == COPY else CLASSES[index]] for index in allowed}
+        assert len(allowed_kinds) == 1 and len(kinds) < 6, (kinds, allowed_kinds)
+        choice = int(allowed[0])
+        kinds.append(allowed_kinds.pop())
+    assert kinds == ["COPY", "TAG", "DEPTH", "TAG", "END"]
 
 
-@pytest.fixture(scope="module")
-def untrained_depth_parser(tmp_path_factory):
-    return make_untrained_parser(tmp_path_factory.mktemp("toy"), linearization="depth")
+@pytest.fixture(scope="module", params=["depth", "depth_word_first"])
+def untrained_depth_parser(tmp_path_factory, request):
+    return make_untrained_parser(tmp_path_factory.mktemp("toy"), linearization=request.param)
 
 
 def test_an_untrained_depth_parser_answers_trees_over_the_words(untrained_depth_parser):
     parser = untrained_depth_parser
-    assert parser.by_word and parser.settings()["linearization"] == "depth"
+    assert parser.by_word and parser.settings()["linearization"] == ("depth_word_first" if parser.word_first
+                                                                     else "depth")
     sentences = ["the dog saw a cat .", "", "Anna ( laughed ) today", "hello", " ".join(["dog"] * 20)]
     outputs = parser.parse(tf.constant(sentences))
     trees = [tree.decode() for tree in outputs["trees"].numpy()]
@@ -172,7 +196,8 @@ def test_a_depth_parser_with_a_tag_dictionary_obeys_it_under_unary_chains(untrai
     dictionary = TagDictionary(words={"the": ("DT",), "saw": ("VBD",), ".": (".",)},
                                other={"alphanumeric": ("NN", "PRP"), "symbols": ("RB",)})
     parser = Parser(untrained_depth_parser.model, untrained_depth_parser.sentencepiece_proto,
-                    untrained_depth_parser.decode_config, tag_dictionary=dictionary)
+                    untrained_depth_parser.decode_config, tag_dictionary=dictionary,
+                    word_first=untrained_depth_parser.word_first)
     sentences = ["the dog saw the cat .", "I saw it"]
     for sentence, tree in zip(sentences, parser.parse(tf.constant(sentences))["trees"].numpy()):
         tree = parse_tree(tree.decode())

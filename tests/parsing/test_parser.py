@@ -187,7 +187,8 @@ def make_untrained_parser(directory, linearization="brackets"):
     model = Transformer(TransformerConfig(vocab_size=vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
                                           max_length=64))
     model.build()
-    return Parser(model, proto, DecodeConfig(beam_size=3, alpha=0.3, extra_length=40))
+    return Parser(model, proto, DecodeConfig(beam_size=3, alpha=0.3, extra_length=40),
+                  word_first=linearization == "depth_word_first")
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,27 @@ def test_parse_scores_count_repairs_and_score_as_evalb():
     assert scores.repaired == 1 and scores.f1 == 100.0 and scores.sentences == 2  # ADVP = PRT
     assert scores.tagging_accuracy == pytest.approx(500 / 6)
     assert "2 sentences, 0 errors, 0 skipped; 1 answers needed repair" in scores.report()
+
+
+def test_the_parser_of_a_run_writes_words_in_the_order_its_linearization_has(treebank, tmp_path):
+    """parser_options reads the run's data config: a depth_word_first run's Parser copies each word
+    before its tag; the same pairs, the same vocabulary, the other order."""
+    from keras_transformer.data import DataConfig
+    from keras_transformer.parsing.task import parser_options
+
+    paths = (treebank / "train.mrg", treebank / "dev.mrg", treebank / "dev.mrg")
+    sequences = {}
+    for linearization in ("depth", "depth_word_first"):
+        workdir = tmp_path / linearization
+        workdir.mkdir()
+        spec = treebank_spec(*paths, linearization)
+        (workdir / "data_config.json").write_text(DataConfig(dataset=spec).to_json())
+        assert parser_options(workdir)["word_first"] == (linearization == "depth_word_first")
+        corpus = corpus_from_spec(spec)
+        sequences[linearization] = next(corpus.pairs("train"))[1]
+        assert gold_tree(*next(corpus.pairs("train"))).to_string() == "(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"
+    assert sequences == {"depth": "NP>PRP I +1S VBD saw +1VP DT a +1NP NN dog -2S . .",
+                         "depth_word_first": "I NP>PRP +1S saw VBD +1VP a DT +1NP dog NN -2S . ."}
+    assert corpus_from_spec(treebank_spec(*paths, "depth")).user_defined_symbols() == \
+        corpus_from_spec(treebank_spec(*paths, "depth_word_first")).user_defined_symbols()
+    assert parser_options(tmp_path / "no run")["word_first"] is False
