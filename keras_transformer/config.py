@@ -247,8 +247,10 @@ TRAIN_PRESETS = {
                                      peak_learning_rate=0.005, checkpoints_to_average=10),
     "tiny": TrainConfig(train_steps=1000, warmup_steps=400, tokens_per_batch=4096, checkpoints_to_average=3),
     "parsing": TrainConfig(),
-    "parsing_small": TrainConfig(train_steps=20_000, warmup_steps=1000, tokens_per_batch=4096,
-                                 checkpoints_to_average=5),
+    # small_data's two changes (steps of 2,048 tokens, the learning rate cooled down to 0 over the
+    # last quarter of the run): 2.1 dev F1 above the paper's schedule on GUM in 60 minutes (README).
+    "parsing_small": TrainConfig(train_steps=20_000, warmup_steps=1000, tokens_per_batch=2048,
+                                 checkpoints_to_average=5, cooldown_fraction=0.25),
     "parsing_tiny": TrainConfig(train_steps=600, warmup_steps=200, tokens_per_batch=2048, checkpoints_to_average=3),
 }
 
