@@ -2,11 +2,12 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--linearization depth|depth_word_first|brackets] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
+        [--linearization depth_word_first|depth|brackets] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
         [--set FIELD=VALUE ...]
 
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA), its trees as one label per
-word unless --linearization brackets (depth was chosen over brackets on GUM dev: README, Parsing),
+word, each word before its tag, unless --linearization says otherwise (depth was chosen over
+brackets on GUM dev, then depth_word_first over depth: README, Parsing),
 with pipelines.train_parser's job (keras_transformer.training.run.train_and_evaluate with the
 parsing task), stopping after --minutes, without the job's own closing evaluation, so that test is
 decoded once only: dev F1 is computed for the averaged weights and the last --candidates checkpoints
@@ -39,9 +40,11 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
-    parser.add_argument("--linearization", default="depth", choices=("brackets", "depth", "depth_word_first"),
-                        help="trees as one label per word (the default here: chosen on GUM dev, README) "
-                             "or as brackets (pipelines.train_parser's default, the paper's)")
+    parser.add_argument("--linearization", default="depth_word_first",
+                        choices=("brackets", "depth", "depth_word_first"),
+                        help="trees as one label per word, each word before its tag (the default here: chosen "
+                             "on GUM dev, README), with the tag first (depth), or as brackets "
+                             "(pipelines.train_parser's default, the paper's)")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
     parser.add_argument("--choice-sentences", type=int, default=400,
                         help="dev sentences the candidates are compared on (0: all)")
