@@ -150,6 +150,13 @@ def test_decoding_by_word_gives_a_tag_the_word_and_a_depth_token_for_every_word(
         assert text.split()[0 if word_first else 1] == words[0]  # the order of word and tag
 
 
+def test_labels_to_trees_reads_tag_and_depth_tokens():
+    sequences = tf.constant(["NP>PRP +1S VBD +1VP DT +1NP NN -2S .", "S+NP>NN", "", "-LRB- +1NP NN +0NP -RRB-"])
+    words = tf.ragged.constant([["I", "saw", "a", "dog", "."], ["Hi"], [], ["(", "a:)", ")"]])
+    assert [tree.decode() for tree in labels_to_trees(sequences, words).numpy()] == [
+        TREE, "(S (NP (NN Hi)))", "", "(NP (-LRB- -LRB-) (NN a:-RRB-) (-RRB- -RRB-))"]
+
+
 def test_word_first_tags_a_word_whose_pieces_were_cut_without_them():
     """A source of 2 words cut after the first one's pieces: the word past the cut gets its tag
     without copies, as with the tag first. Each step allows one kind of choice here."""
