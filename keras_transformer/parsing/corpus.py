@@ -25,7 +25,6 @@ from keras_transformer.parsing.trees import Tree
 
 SPEC_PREFIX = "treebank:"
 LINEARIZATIONS = ("brackets", "depth", "depth_word_first")
-BY_WORD = ("depth", "depth_word_first")  # parsing.depth_labels' sequences
 
 
 def check_linearization(linearization: str) -> str:
