@@ -50,7 +50,7 @@ class TransformerConfig(JsonConfig):
 
     Fields:
       vocab_size: V, the shared source-target vocabulary (37,000 BPE tokens for WMT14 EN-DE).
-      num_layers: N, layers in each of the encoder and decoder stacks.
+      num_layers: N, layers in each of the encoder and decoder stacks (see decoder_layers).
       d_model: width of every sub-layer output and of the embeddings.
       d_ff: inner width of the position-wise feed-forward network.
       num_heads: h, attention heads.
@@ -71,6 +71,9 @@ class TransformerConfig(JsonConfig):
         and the pre-softmax projection (the paper, section 3.4); False gives each its own.
       attention_dropout_rate: dropout on the attention weights (the paper has none).
       relu_dropout_rate: dropout after the ReLU of the feed-forward network (the paper has none).
+      decoder_layers: layers in the decoder stack, the encoder keeping num_layers; None (the
+        paper) gives both num_layers. A deep encoder with a shallow decoder (Kasai et al., ICLR
+        2021, "Deep Encoder, Shallow Decoder") trains and decodes faster at similar quality.
     """
 
     vocab_size: int = 37000
@@ -89,6 +92,7 @@ class TransformerConfig(JsonConfig):
     tie_embeddings: bool = True
     attention_dropout_rate: float = 0.0
     relu_dropout_rate: float = 0.0
+    decoder_layers: Optional[int] = None
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -102,7 +106,7 @@ class TransformerConfig(JsonConfig):
             _require(self.d_model % self.num_heads == 0,
                      f"TransformerConfig: d_model={self.d_model} is not divisible by num_heads="
                      f"{self.num_heads}; choose divisible values or set d_k and d_v explicitly")
-        for name in ("d_k", "d_v"):
+        for name in ("d_k", "d_v", "decoder_layers"):
             value = getattr(self, name)
             _require(value is None or (isinstance(value, int) and value > 0),
                      f"TransformerConfig.{name} must be None or a positive integer; got {value!r}")
@@ -111,6 +115,11 @@ class TransformerConfig(JsonConfig):
             _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
         _require(self.positional in POSITIONAL_KINDS,
                  f"TransformerConfig.positional must be one of {POSITIONAL_KINDS}; got {self.positional!r}")
+
+    @property
+    def num_decoder_layers(self):
+        """decoder_layers, resolved."""
+        return self.decoder_layers if self.decoder_layers is not None else self.num_layers
 
     @property
     def key_dim(self):

@@ -57,7 +57,7 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
         c = self.config
-        layer_args = dict(num_layers=c.num_layers, num_heads=c.num_heads, key_dim=c.key_dim,
+        layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim,
                           value_dim=c.value_dim, d_ff=c.d_ff, dropout_rate=c.dropout_rate,
                           attention_dropout_rate=c.attention_dropout_rate, relu_dropout_rate=c.relu_dropout_rate,
                           norm_first=c.norm_first, layer_norm_epsilon=c.layer_norm_epsilon)
@@ -73,8 +73,8 @@ class Transformer(keras.Model):
         self.target_positional = positional(c.max_length, name="target_positional")
         self.source_dropout = keras.layers.Dropout(c.dropout_rate, name="source_dropout")
         self.target_dropout = keras.layers.Dropout(c.dropout_rate, name="target_dropout")
-        self.encoder = Encoder(**layer_args, name="encoder")
-        self.decoder = Decoder(**layer_args, name="decoder")
+        self.encoder = Encoder(num_layers=c.num_layers, **layer_args, name="encoder")
+        self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer_args, name="decoder")
 
     @classmethod
     def from_preset(cls, name, **field_overrides):

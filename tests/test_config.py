@@ -44,6 +44,7 @@ def test_config_is_frozen_and_variants_replace_fields():
     (dict(dropout_rate=1.5), r"dropout_rate must be in \[0, 1\); got 1.5"),
     (dict(positional="rotary"), "positional must be one of"),
     (dict(num_layers=0), "num_layers must be a positive integer; got 0"),
+    (dict(decoder_layers=0), "decoder_layers must be None or a positive integer; got 0"),
 ])
 def test_bad_config_is_named(fields, message):
     with pytest.raises(ValueError, match=message):

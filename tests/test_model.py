@@ -12,7 +12,8 @@ from keras_transformer.precision import model_in_precision
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
 TARGET = np.array([[2, 11, 12, 13, 14, 15], [2, 16, 17, 18, 0, 0]], np.int32)
-VARIANTS = [dict(), dict(tie_embeddings=False), dict(positional="learned"), dict(norm_first=True)]
+VARIANTS = [dict(), dict(tie_embeddings=False), dict(positional="learned"), dict(norm_first=True),
+            dict(num_layers=3, decoder_layers=1)]
 
 
 def _tiny(**fields):
@@ -38,6 +39,15 @@ def test_untied_and_learned_variants_add_their_weights():
     assert _tiny(tie_embeddings=False).count_params() - base == 2 * c.vocab_size * c.d_model
     assert _tiny(positional="learned").count_params() - base == 2 * c.max_length * c.d_model
     assert _tiny(norm_first=True).count_params() - base == 2 * 2 * c.d_model  # final norm of each stack
+
+
+def test_decoder_layers_sets_the_decoder_stack_alone():
+    paper = _tiny(num_layers=3)
+    shallow = _tiny(num_layers=3, decoder_layers=1)
+    assert len(shallow.encoder.stack) == 3 and len(shallow.decoder.stack) == 1
+    assert len(paper.decoder.stack) == 3
+    decoder_layer = sum(w.numpy().size for w in paper.decoder.stack[0].weights)
+    assert paper.count_params() - shallow.count_params() == 2 * decoder_layer
 
 
 def test_tied_embedding_is_one_matrix():
@@ -82,7 +92,8 @@ def test_changing_target_token_t_never_changes_earlier_logits():
 
 @pytest.mark.parametrize("fields,parallel_groups,transposed_kernels", [
     (dict(), 1, False), (dict(), 1, True), (dict(norm_first=True, tie_embeddings=False), 1, False),
-    (dict(norm_first=True, tie_embeddings=False), 1, True), (dict(), 2, True), (dict(), 3, False)])
+    (dict(norm_first=True, tie_embeddings=False), 1, True), (dict(), 2, True), (dict(), 3, False),
+    (dict(num_layers=3, decoder_layers=1), 2, True)])
 def test_cached_decoding_equals_the_full_pass(fields, parallel_groups, transposed_kernels):
     """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass,
     also with the sentences in groups (3 groups of 2 sentences: one is empty) and the logits in
