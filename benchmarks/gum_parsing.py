@@ -2,8 +2,8 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--linearization depth_word_first|depth|brackets] [--candidates 3] [--choice-sentences 400] [--skip-training] [--threads 2]
-        [--set FIELD=VALUE ...]
+        [--linearization depth_word_first|depth|brackets] [--loss all|labels] [--candidates 3]
+        [--choice-sentences 400] [--skip-training] [--threads 2] [--set FIELD=VALUE ...]
 
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA), its trees as one label per
 word, each word before its tag, unless --linearization says otherwise (depth was chosen over
@@ -45,6 +45,9 @@ def parse_args():
                         help="trees as one label per word, each word before its tag (the default here: chosen "
                              "on GUM dev, README), with the tag first (depth), or as brackets "
                              "(pipelines.train_parser's default, the paper's)")
+    parser.add_argument("--loss", default="all", choices=("all", "labels"),
+                        help="what the loss scores: every target piece, or the tree tokens only (labels), "
+                             "as pipelines.train_parser's --loss")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
     parser.add_argument("--choice-sentences", type=int, default=400,
                         help="dev sentences the candidates are compared on (0: all)")
@@ -144,7 +147,7 @@ def main():
     workdir = args.workdir or pathlib.Path("runs") / f"gum-{args.preset}"
     # The job's closing evaluation runs on dev (its "test" split): GUM test is decoded once, below.
     configs = parsing_configs(args.preset, folder / "train.ptb", folder / "dev.ptb", folder / "dev.ptb",
-                              args.linearization)
+                              args.linearization, args.loss)
     configs = apply_overrides(configs, [f"run.max_train_minutes={args.minutes}", *args.overrides])
     started = time.monotonic()
     if args.skip_training:

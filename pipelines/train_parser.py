@@ -16,7 +16,7 @@ import sys
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
 from pipelines.train_wmt import add_job_flags, averaged_description, flag_assignments, run_job
 from keras_transformer.parsing.configs import PARSING_PRESETS, parsing_configs
-from keras_transformer.parsing.corpus import LINEARIZATIONS
+from keras_transformer.parsing.corpus import LINEARIZATIONS, LOSSES
 from keras_transformer.training.run_config import RunConfigs, apply_overrides
 
 
@@ -37,6 +37,9 @@ def parse_args(argv=None):
                         help="brackets: trees written depth first with their brackets (the paper's, after Vinyals "
                              "et al.); depth: one tag and one depth label a word (Gomez-Rodriguez and Vilares, 2018); "
                              "depth_word_first: the same with each word before its tag")
+    parser.add_argument("--loss", default="all", choices=LOSSES,
+                        help="all: the loss scores every target piece (as in translation); labels: only the tree "
+                             "tokens and EOS, not the pieces of the words, which decoding copies (not the paper's)")
     add_job_flags(parser)
     return parser.parse_args(argv)
 
@@ -63,7 +66,8 @@ def main(argv=None):
     from keras_transformer.parsing.task import PARSING
 
     try:
-        configs = apply_overrides(parsing_configs(args.preset, args.train, args.dev, args.test, args.linearization),
+        configs = apply_overrides(parsing_configs(args.preset, args.train, args.dev, args.test, args.linearization,
+                                                  args.loss),
                                   flag_assignments(args) + args.overrides)
         if not args.dry_run:
             PARSING.corpus(configs.data)  # reads every tree: a bad file stops here, naming its file and line

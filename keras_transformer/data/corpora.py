@@ -74,6 +74,12 @@ class Corpus(abc.ABC):
         tokens for parsing)."""
         return ()
 
+    def scored_target_symbols(self) -> Optional[tuple[str, ...]]:
+        """The only target pieces (among user_defined_symbols, besides EOS) that the loss scores, or
+        None: every piece (translation, the paper). A parser whose decoding copies the sentence's
+        words may leave their pieces out of the loss (see parsing.corpus)."""
+        return None
+
     def training_sentences(self) -> Iterator[str]:
         """Source and target sentences of the train split: what the shared vocabulary is learned on."""
         for source, target in self.pairs("train"):

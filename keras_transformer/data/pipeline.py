@@ -19,6 +19,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.data.corpora import Corpus
@@ -52,10 +53,29 @@ def _tokenize_chunk(tokenizer: SubwordTokenizer, sources, targets, subword_dropo
     return tokenizer.tokenize(sources, subword_dropout), tokenizer.tokenize(targets, subword_dropout)
 
 
-def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targets, subword_dropout=0.0):
+def scored_pieces(tokenizer: SubwordTokenizer, corpus: Corpus) -> Optional[np.ndarray]:
+    """(V,) bool, the target pieces the loss scores: EOS and `corpus.scored_target_symbols()`; None
+    when the corpus scores every piece."""
+    symbols = corpus.scored_target_symbols()
+    if symbols is None:
+        return None
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    ids = [processor.piece_to_id(symbol) for symbol in symbols]
+    missing = [symbol for symbol, index in zip(symbols, ids) if processor.id_to_piece(index) != symbol]
+    if missing:
+        raise ValueError(f"{corpus.name}: the vocabulary has no single piece for the scored target symbols "
+                         f"{missing[:5]}{' ...' if len(missing) > 5 else ''}: it was not trained on this corpus")
+    scored = np.zeros([tokenizer.vocab_size], bool)
+    scored[ids + [EOS_ID]] = True
+    return scored
+
+
+def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targets, subword_dropout=0.0,
+                  scored=None):
     """A chunk of string pairs -> dense (source, target input, target output) rows and bucket ids.
 
     Rows are padded to the chunk's longest row only; batching pads them to the bucket boundary.
+    scored: `scored_pieces`, or None; the target output's other pieces become PAD, which the loss skips.
     """
     source, target = _tokenize_chunk(tokenizer, sources, targets, subword_dropout)  # (N, None) each
     max_tokens = config.max_length - 1  # room for EOS (source, target output) or BOS (target input)
@@ -69,6 +89,9 @@ def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targ
     source = tf.concat([source, eos], axis=1)                 # (N, S)
     target_input = tf.concat([bos, target], axis=1)           # (N, T) decoder input, shifted right
     target_output = tf.concat([target, eos], axis=1)          # (N, T) decoder target
+    if scored is not None:
+        target_output = tf.ragged.map_flat_values(
+            lambda ids: tf.where(tf.gather(tf.constant(scored), ids), ids, PAD_ID), target_output)
     length = tf.maximum(source.row_lengths(), target_input.row_lengths())
     boundaries = tf.constant(bucket_boundaries(config), tf.int64)
     bucket = tf.searchsorted(boundaries, length, side="left", out_type=tf.int64)  # (N,) first >= length
@@ -101,7 +124,8 @@ def _bucket_and_batch(rows: tf.data.Dataset, config: DataConfig) -> tf.data.Data
 
 def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, *,
                  training: bool, input_context: Optional[tf.distribute.InputContext] = None,
-                 subword_dropout: Optional[float] = None) -> tf.data.Dataset:
+                 subword_dropout: Optional[float] = None, scored: Optional[np.ndarray] = None
+                 ) -> tf.data.Dataset:
     """Batches of ((source_ids (B, S), target_input_ids (B, T)), target_output_ids (B, T)).
 
     Args:
@@ -114,6 +138,8 @@ def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: Da
         num_input_pipelines-th pair, and its batches (each within the budget) go to its replicas.
       subword_dropout: BPE-dropout while tokenizing; None: config.subword_dropout when training,
         else 0 (evaluation always tokenizes as the exported model does).
+      scored: (V,) bool, the target pieces the loss scores (`scored_pieces`); the others are PAD in
+        target_output_ids (target_input_ids keeps them). None: all.
     One pass over the result is one epoch: every kept pair exactly once.
     """
     if input_context is not None and input_context.num_input_pipelines > 1:
@@ -123,9 +149,12 @@ def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: Da
                               reshuffle_each_iteration=True)
     if subword_dropout is None:
         subword_dropout = config.subword_dropout if training else 0.0
+
+    def encode(sources, targets):
+        return _encode_chunk(tokenizer, config, sources, targets, subword_dropout, scored)
+
     rows = (pairs.batch(CHUNK_SIZE)
-            .map(plain(lambda sources, targets: _encode_chunk(tokenizer, config, sources, targets, subword_dropout)),
-                 num_parallel_calls=config.num_parallel_calls, deterministic=True)
+            .map(plain(encode), num_parallel_calls=config.num_parallel_calls, deterministic=True)
             .unbatch())
     return _bucket_and_batch(rows, config).prefetch(tf.data.AUTOTUNE)
 
@@ -137,7 +166,7 @@ def make_corpus_dataset(corpus: Corpus, split: str, tokenizer: SubwordTokenizer,
     """`make_dataset` over a corpus split; training defaults to split == "train"."""
     training = split == "train" if training is None else training
     return make_dataset(corpus.dataset(split), tokenizer, config, training=training,
-                        input_context=input_context)
+                        input_context=input_context, scored=scored_pieces(tokenizer, corpus))
 
 
 def make_distributed_dataset(strategy: tf.distribute.Strategy, corpus: Corpus, split: str,

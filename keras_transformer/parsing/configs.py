@@ -17,12 +17,14 @@ PAPER_DECODE = DecodeConfig(beam_size=21, alpha=0.3, extra_length=300)
 DATA_MAX_LENGTH = {"parsing": 512, "parsing_small": 256, "parsing_tiny": 256}
 
 
-def parsing_configs(preset: str, train, validation, test, linearization: str = "brackets") -> RunConfigs:
-    """The configs of `preset` for the treebank files (paths or lists of paths) of each split, and
-    the trees linearized as `linearization` (parsing.corpus.LINEARIZATIONS)."""
+def parsing_configs(preset: str, train, validation, test, linearization: str = "brackets",
+                    loss: str = "all") -> RunConfigs:
+    """The configs of `preset` for the treebank files (paths or lists of paths) of each split, the
+    trees linearized as `linearization` (parsing.corpus.LINEARIZATIONS), the loss on `loss`
+    (parsing.corpus.LOSSES)."""
     if preset not in PARSING_PRESETS:
         raise ValueError(f"unknown parsing preset {preset!r}; expected one of {PARSING_PRESETS}")
-    configs = preset_configs(preset, treebank_spec(train, validation, test, linearization))
+    configs = preset_configs(preset, treebank_spec(train, validation, test, linearization, loss))
     decode = PAPER_DECODE if preset != "parsing_tiny" else dataclasses.replace(PAPER_DECODE, beam_size=4)
     data = dataclasses.replace(configs.data, max_length=DATA_MAX_LENGTH[preset])
     return dataclasses.replace(configs, decode=decode, data=data)

@@ -12,7 +12,7 @@ line. The vocabulary keeps every tree token (label, tag, ")"; or tag and depth t
 split as one piece (`user_defined_symbols`).
 """
 import pathlib
-from typing import Iterator, Mapping, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -25,6 +25,9 @@ from keras_transformer.parsing.trees import Tree
 
 SPEC_PREFIX = "treebank:"
 LINEARIZATIONS = ("brackets", "depth", "depth_word_first")
+# What the loss scores: every target piece ("all", as in translation) or the tree tokens and EOS
+# only ("labels"): the parser's decoding copies the words, so their pieces need not be learned.
+LOSSES = ("all", "labels")
 
 
 def check_linearization(linearization: str) -> str:
@@ -33,17 +36,25 @@ def check_linearization(linearization: str) -> str:
     return linearization
 
 
+def check_loss(loss: str) -> str:
+    if loss not in LOSSES:
+        raise ValueError(f"unknown parsing loss {loss!r}; expected one of {LOSSES}")
+    return loss
+
+
 class TreebankCorpus(Corpus):
     """Treebank files per split (a path, a directory, or a list of them); "train" is required.
     linearization: "brackets" (the paper's, after Vinyals et al.), "depth" (one label per word) or
-    "depth_word_first" (the same with each word before its tag)."""
+    "depth_word_first" (the same with each word before its tag). loss: "all" (every target piece)
+    or "labels" (the tree tokens and EOS only, see LOSSES)."""
 
     source_language = "en"
     target_language = "trees"
 
     def __init__(self, files: Mapping[str, Union[str, pathlib.Path, Sequence]], name: str = "treebank",
-                 linearization: str = "brackets"):
+                 linearization: str = "brackets", loss: str = "all"):
         self.linearization = check_linearization(linearization)
+        self.loss = check_loss(loss)
         unknown = sorted(set(files) - set(SPLITS))
         if unknown or "train" not in files:
             raise ValueError(f"{name}: expected splits among {SPLITS} with 'train'; got {sorted(files)}")
@@ -89,36 +100,48 @@ class TreebankCorpus(Corpus):
             self._symbols = tuple(tree_symbols(tokens))
         return self._symbols
 
+    def scored_target_symbols(self) -> Optional[tuple[str, ...]]:
+        return self.user_defined_symbols() if self.loss == "labels" else None
 
-def treebank_spec(train, validation, test, linearization: str = "brackets") -> str:
+
+def treebank_spec(train, validation, test, linearization: str = "brackets", loss: str = "all") -> str:
     """The DataConfig.dataset naming a treebank corpus: "treebank:train=A;validation=B;test=C"
-    (several paths of one split joined by '+'), and ";linearization=NAME" for any but brackets."""
+    (several paths of one split joined by '+'), ";linearization=NAME" for any but brackets and
+    ";loss=labels" for that loss."""
     def paths(value):
         values = [value] if isinstance(value, (str, pathlib.Path)) else list(value)
         return "+".join(str(pathlib.Path(v).resolve()) for v in values)
     check_linearization(linearization)
+    check_loss(loss)
     return (SPEC_PREFIX + ";".join(f"{split}={paths(value)}" for split, value in
                                    (("train", train), ("validation", validation), ("test", test)))
-            + ("" if linearization == "brackets" else f";linearization={linearization}"))
+            + ("" if linearization == "brackets" else f";linearization={linearization}")
+            + ("" if loss == "all" else f";loss={loss}"))
+
+
+def parse_spec_options(spec: str) -> tuple[dict, dict]:
+    """A treebank spec's files by split and its options (linearization, loss), without reading any tree."""
+    if not spec.startswith(SPEC_PREFIX):
+        raise ValueError(f"not a treebank spec (expected '{SPEC_PREFIX}train=...;validation=...;test=...'): {spec!r}")
+    files, options = {}, {"linearization": "brackets", "loss": "all"}
+    for item in filter(None, spec[len(SPEC_PREFIX):].split(";")):
+        key, _, value = item.partition("=")
+        if key in options:
+            options[key] = value
+        else:
+            files[key] = value.split("+")
+    return files, options
 
 
 def parse_spec(spec: str) -> tuple[dict, str]:
     """A treebank spec's files by split and its linearization, without reading any tree."""
-    if not spec.startswith(SPEC_PREFIX):
-        raise ValueError(f"not a treebank spec (expected '{SPEC_PREFIX}train=...;validation=...;test=...'): {spec!r}")
-    files, linearization = {}, "brackets"
-    for item in filter(None, spec[len(SPEC_PREFIX):].split(";")):
-        key, _, value = item.partition("=")
-        if key == "linearization":
-            linearization = value
-        else:
-            files[key] = value.split("+")
-    return files, linearization
+    files, options = parse_spec_options(spec)
+    return files, options["linearization"]
 
 
 def corpus_from_spec(spec: str) -> TreebankCorpus:
-    files, linearization = parse_spec(spec)
-    return TreebankCorpus(files, linearization=linearization)
+    files, options = parse_spec_options(spec)
+    return TreebankCorpus(files, **options)
 
 
 def gold_tree(sentence: str, sequence: str) -> Tree:

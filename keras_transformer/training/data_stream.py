@@ -42,6 +42,7 @@ from typing import Optional
 import tensorflow as tf
 
 from keras_transformer.data import Corpus, DataConfig, SubwordTokenizer, make_dataset
+from keras_transformer.data.pipeline import scored_pieces
 from keras_transformer.tracing import plain
 
 # A position as one int64 key that orders positions: ((epoch * 2^24 + segment) * 2^24 + batch + 1).
@@ -90,16 +91,16 @@ def _permuted(sources, targets, seed):
 
 
 def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, epoch,
-                   first_segment, skip) -> tf.data.Dataset:
+                   first_segment, skip, scored) -> tf.data.Dataset:
     """Epoch `epoch` (an int64 scalar tensor) from batch `skip` of segment `first_segment` on: its
-    batches, each with its position."""
+    batches, each with its position; scored as for make_dataset."""
     epoch_seed = tf.stack([tf.constant(config.seed, tf.int64), tf.cast(epoch, tf.int64)])
 
     def segment_batches(segment, block):
         shuffled = tf.data.Dataset.from_tensor_slices(
             _permuted(*block, tf.random.experimental.stateless_fold_in(epoch_seed, segment)))
         batches = make_dataset(shuffled, tokenizer, config, training=False,  # every worker: all of it
-                               subword_dropout=config.subword_dropout)
+                               subword_dropout=config.subword_dropout, scored=scored)
         batches = batches.enumerate().map(
             plain(lambda index, batch: {"batch": batch, "position": tf.stack([epoch, segment, index])}))
         return batches.skip(tf.where(tf.equal(segment, first_segment), skip, tf.constant(0, tf.int64)))
@@ -124,6 +125,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
         elements of this worker's replicas (see the module docstring).
     """
     pairs = corpus.dataset("train")
+    scored = scored_pieces(tokenizer, corpus)
     first_epoch = tf.constant(start_epoch, tf.int64)
     first_segment, skip = tf.constant(start_segment, tf.int64), tf.constant(start_batch, tf.int64)
     zero = tf.constant(0, tf.int64)
@@ -131,7 +133,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
     def epoch_fn(epoch):
         resumed = tf.equal(epoch, first_epoch)
         return _epoch_batches(pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
-                              tf.where(resumed, skip, zero))
+                              tf.where(resumed, skip, zero), scored)
 
     stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(plain(epoch_fn))
     if accumulate_steps > 1:

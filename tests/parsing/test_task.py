@@ -2,7 +2,8 @@
 sentences, and the scores of a set of answers."""
 import pytest
 
-from keras_transformer.parsing.corpus import TreebankCorpus, corpus_from_spec, gold_tree, parse_spec, treebank_spec
+from keras_transformer.parsing.corpus import (TreebankCorpus, corpus_from_spec, gold_tree, parse_spec,
+                                              parse_spec_options, treebank_spec)
 from keras_transformer.parsing.treebank import TreebankFormatError
 from keras_transformer.parsing.task import answer_tree, parse_scores, sequence_of_tree_text
 
@@ -39,6 +40,56 @@ def test_a_spec_names_its_files_and_linearization_without_reading_them(tmp_path)
     assert parse_spec(treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c"))[1] == "brackets"
     with pytest.raises(ValueError, match="not a treebank spec"):
         parse_spec("multi30k")
+
+
+def test_a_spec_keeps_the_loss_on_labels_and_an_unknown_loss_is_named(tmp_path):
+    spec = treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", "depth_word_first", "labels")
+    assert parse_spec_options(spec)[1] == {"linearization": "depth_word_first", "loss": "labels"}
+    assert parse_spec_options(treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c"))[1]["loss"] == "all"
+    with pytest.raises(ValueError, match=r"unknown parsing loss 'words'; expected one of \('all', 'labels'\)"):
+        treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", "depth", "words")
+
+
+@pytest.mark.parametrize("linearization", ["brackets", "depth_word_first"])
+def test_the_loss_on_labels_scores_the_tree_tokens_and_eos_only(tmp_path, linearization):
+    """Same batches as with the loss on every piece, but in the decoder's targets every piece that
+    is not a tree token or EOS (the words, which decoding copies) is PAD, which the loss skips."""
+    import numpy as np
+    import sentencepiece
+
+    from keras_transformer.config import EOS_ID, PAD_ID
+    from keras_transformer.data import DataConfig, SubwordTokenizer, make_corpus_dataset
+    from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
+    from keras_transformer.parsing.toy_treebank import write_toy_treebank
+    from keras_transformer.training.data_stream import training_stream
+
+    paths = write_toy_treebank(tmp_path, sizes={"train": 60})
+    corpora = {loss: TreebankCorpus({"train": paths["train"]}, linearization=linearization, loss=loss)
+               for loss in ("all", "labels")}
+    assert corpora["all"].scored_target_symbols() is None
+    symbols = corpora["labels"].scored_target_symbols()
+    assert symbols == corpora["all"].user_defined_symbols() and len(symbols) > 5
+    proto = train_sentencepiece(corpora["all"].training_sentences(), TokenizerSettings(
+        vocab_size=500, user_defined_symbols=symbols))
+    tokenizer = SubwordTokenizer(proto)
+    label_ids = {sentencepiece.SentencePieceProcessor(model_proto=proto).piece_to_id(s) for s in symbols}
+    config = DataConfig(dataset="toy", vocab_size=500, max_length=128, tokens_per_batch=1024)
+    batches = {loss: list(make_corpus_dataset(corpus, "train", tokenizer, config, training=False).as_numpy_iterator())
+               for loss, corpus in corpora.items()}
+    words = labels = 0
+    for ((source, target_input), every), ((source_l, target_input_l), scored) in zip(batches["all"], batches["labels"]):
+        np.testing.assert_array_equal(source, source_l)
+        np.testing.assert_array_equal(target_input, target_input_l)
+        is_label = np.isin(every, list(label_ids | {EOS_ID}))
+        np.testing.assert_array_equal(scored, np.where(is_label, every, PAD_ID))
+        words += int(np.sum((every != PAD_ID) & ~is_label))
+        labels += int(np.sum(is_label))
+    assert len(batches["all"]) == len(batches["labels"]) and words > 0 and labels > 0
+    # The training job's stream (training.data_stream) scores the same pieces.
+    stream = training_stream(corpora["labels"], tokenizer, config).as_numpy_iterator()
+    (_, target_input), target_output = next(stream)["batch"]
+    assert np.isin(target_output[target_output != PAD_ID], list(label_ids | {EOS_ID})).all()
+    assert (np.isin(target_input, list(label_ids)) | (target_input <= EOS_ID)).mean() < 1  # words go in
 
 
 def test_a_label_one_linearization_cannot_hold_names_its_file_and_line(treebank):

@@ -105,6 +105,16 @@ def test_a_bad_treebank_stops_the_job_before_training(toy_treebank, tmp_path, ca
     assert not (tmp_path / "run").exists()
 
 
+def test_the_loss_flag_reaches_the_runs_corpus_spec(toy_treebank, tmp_path, capsys):
+    argv = [*map(str, train_command(toy_treebank, tmp_path / "run", tmp_path / "x", 5)), "--dry-run",
+            "--linearization", "depth_word_first", "--loss", "labels"]
+    assert train_parser.main(argv) == 0
+    assert ";linearization=depth_word_first;loss=labels" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        train_parser.main([*argv[:-1], "words"])
+    assert "argument --loss: invalid choice: 'words'" in capsys.readouterr().err
+
+
 def test_the_toy_treebank_command_writes_the_sizes_it_is_given(tmp_path, capsys):
     toy_treebank_command.main(["--output", str(tmp_path / "toy"), "--train", "5", "--dev", "3", "--test", "2"])
     assert [len((tmp_path / "toy" / f"{split}.mrg").read_text().splitlines()) for split in ("train", "dev", "test")] \
