@@ -72,8 +72,9 @@ class TransformerConfig(JsonConfig):
       attention_dropout_rate: dropout on the attention weights (the paper has none).
       relu_dropout_rate: dropout after the ReLU of the feed-forward network (the paper has none).
       decoder_layers: layers in the decoder stack, the encoder keeping num_layers; None (the
-        paper) gives both num_layers. A deep encoder with a shallow decoder (Kasai et al., ICLR
-        2021, "Deep Encoder, Shallow Decoder") trains and decodes faster at similar quality.
+        paper) gives both num_layers. Kasai et al. (ICLR 2021, "Deep Encoder, Shallow Decoder")
+        report faster decoding at similar translation quality; on GUM parsing, 6 + 1 layers scored
+        well below 3 + 3 (README, Parsing).
     """
 
     vocab_size: int = 37000
