@@ -46,10 +46,12 @@ def full_recomputation_step_fn(tf, model, source_ids, beam_size, cache_length):
     memory, source_padding_mask = model.encode(source_ids, training=False)
     memory = tf.repeat(memory, beam_size, axis=0)  # (B*W, S, D), batch-major
     source_padding_mask = tf.repeat(source_padding_mask, beam_size, axis=0)  # (B*W, S)
+    sources = tf.repeat(source_ids, beam_size, axis=0)  # (B*W, S), for a model with aligned_decoder
 
     def step_fn(ids, step, prefix):
         prefix = tf.where(tf.range(cache_length) == step, ids[:, None], prefix)  # (B*W, L)
-        logits = model.decode(prefix[:, :step + 1], memory, source_padding_mask)  # (B*W, step + 1, V)
+        logits = model.decode(prefix[:, :step + 1], memory, source_padding_mask,
+                              source_ids=sources)  # (B*W, step + 1, V)
         return logits[:, -1, :], prefix
 
     rows = source_ids.shape[0] * beam_size

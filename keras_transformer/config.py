@@ -75,6 +75,13 @@ class TransformerConfig(JsonConfig):
         paper) gives both num_layers. Kasai et al. (ICLR 2021, "Deep Encoder, Shallow Decoder")
         report faster decoding at similar translation quality; on GUM parsing, 6 + 1 layers scored
         well below 3 + 3 (README, Parsing).
+      aligned_decoder: the decoder's input at each target position also gets the encoder's output
+        at the source piece that the target has copied last (nothing before its first copy). For a
+        task whose targets copy the source's pieces in order between tokens of its own (a parser's
+        words between its tree tokens), so that the decoder reads the word it is at instead of
+        finding it by attention. A target token is taken for a copy when it is the source's next
+        piece not copied yet (PAD, BOS and EOS never are): matched in order, so a tree token that
+        is also a word (the tag "." of the word ".") counts as the copy it matches.
     """
 
     vocab_size: int = 37000
@@ -94,6 +101,7 @@ class TransformerConfig(JsonConfig):
     attention_dropout_rate: float = 0.0
     relu_dropout_rate: float = 0.0
     decoder_layers: Optional[int] = None
+    aligned_decoder: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):

@@ -3,7 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import masking
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import EOS_ID, TransformerConfig
 from keras_transformer.cpu import avx2_without_avx512
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TokenEmbedding
@@ -103,14 +103,19 @@ class Transformer(keras.Model):
         return memory, source_padding_mask
 
     def decode(self, target_input_ids, memory, source_padding_mask, training=False,
-               return_attention_scores=False):
+               return_attention_scores=False, source_ids=None):
         """target_input_ids (B, T), memory (B, S, D), source_padding_mask (B, S) -> logits (B, T, V).
 
         With return_attention_scores, also the last decoder layer's encoder-decoder attention
-        weights (B, H, T, S).
+        weights (B, H, T, S). source_ids (B, S): the encoded source, needed with aligned_decoder.
         """
         target_input_ids = tf.cast(target_input_ids, tf.int32)
         x = self.target_positional(self.target_embedding(target_input_ids))
+        if self.config.aligned_decoder:
+            if source_ids is None:
+                raise ValueError("a model with aligned_decoder decodes with the source's ids (source_ids)")
+            copied = self._copied_counts(target_input_ids, tf.cast(source_ids, tf.int32))  # (B, T)
+            x += self._copied_memory(memory, tf.range(tf.shape(memory)[0])[:, None], copied)
         x = self.target_dropout(x, training=training)
         x, scores = self.decoder(x, memory, masking.self_attention_mask(target_input_ids),
                                  masking.cross_attention_mask(source_padding_mask), training=training,
@@ -118,10 +123,35 @@ class Transformer(keras.Model):
         logits = self.output_embedding.logits(x)
         return (logits, scores) if return_attention_scores else logits
 
+    @staticmethod
+    def _copies(ids, source_ids, copied):
+        """(N,) bool: whether target ids (N,) are copies of their rows' next source piece, the
+        (copied)-th of source_ids (N, S) (aligned_decoder); PAD, BOS and EOS never are."""
+        next_piece = tf.gather(source_ids, tf.minimum(copied, tf.shape(source_ids)[1] - 1), batch_dims=1)
+        return (ids == next_piece) & (ids > EOS_ID) & (copied < tf.shape(source_ids)[1])
+
+    def _copied_counts(self, target_ids, source_ids):
+        """(B, T) int32: how many source pieces the target has copied up to each position, matching
+        the source's pieces in order (aligned_decoder)."""
+        def count(copied, ids):
+            return copied + tf.cast(self._copies(ids, source_ids, copied), tf.int32)
+        counts = tf.scan(count, tf.transpose(target_ids), initializer=tf.zeros_like(target_ids[:, 0]))
+        return tf.transpose(counts)
+
+    @staticmethod
+    def _copied_memory(memory, sentences, copied):
+        """memory (B, S, D) at the last copied source piece: sentences and copied (how many pieces
+        were copied up to here) index rows of memory and broadcast together; zeros where nothing was
+        copied yet."""
+        last = tf.maximum(copied - 1, 0)
+        sentences = tf.broadcast_to(sentences, tf.shape(last))
+        vectors = tf.gather_nd(memory, tf.stack([sentences, last], axis=-1))
+        return vectors * tf.cast(copied > 0, memory.dtype)[..., None]
+
     def call(self, inputs, training=None):
         source_ids, target_input_ids = inputs
         memory, source_padding_mask = self.encode(source_ids, training=training)
-        return self.decode(target_input_ids, memory, source_padding_mask, training=training)
+        return self.decode(target_input_ids, memory, source_padding_mask, training=training, source_ids=source_ids)
 
     def decoding_step_fn(self, source_ids, beam_size=1, cache_length=None, parallel_groups=1, output_ids=None,
                          transposed_kernels=None):
@@ -184,31 +214,50 @@ class Transformer(keras.Model):
 
         def step_fn(ids, step, cache):
             outputs, new_cache = [], []
-            for (memory_key_values, memory_bias, _), group_ids, group_cache in zip(
+            for (memory_key_values, memory_bias, _, (memory, group_source)), group_ids, group_cache in zip(
                     groups, _split_rows(ids, row_sizes), cache):
                 x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)
-                x, group_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
-                                                          beam_size, kernels)
+                if self.config.aligned_decoder:
+                    sentences = tf.range(tf.shape(group_ids)[0]) // beam_size  # (n,) each row's
+                    copied = group_cache["copied"]
+                    copied += tf.cast(self._copies(group_ids, tf.gather(group_source, sentences), copied), tf.int32)
+                    x += self._copied_memory(memory, sentences, copied)[:, None, :]
+                x, decoder_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
+                                                            beam_size, kernels)
+                if self.config.aligned_decoder:
+                    decoder_cache = dict(decoder_cache, copied=copied)
                 outputs.append(x)
-                new_cache.append(group_cache)
+                new_cache.append(decoder_cache)
             x = outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=0)  # (B*W, 1, D)
             logits = [self.output_embedding.logits(x, kernel)[:, 0, :] for kernel in output_kernels]
             return (logits[0] if len(logits) == 1 else logits), new_cache
 
         def reorder_cache(cache, parents):
-            return [self.decoder.reorder_cache(group_cache, group_parents - start * beam_size)
-                    for group_cache, group_parents, start in zip(cache, _split_rows(parents, row_sizes), starts)]
+            reordered = []
+            for group_cache, group_parents, start in zip(cache, _split_rows(parents, row_sizes), starts):
+                local_parents = group_parents - start * beam_size
+                decoder_cache = self.decoder.reorder_cache(group_cache, local_parents)
+                if self.config.aligned_decoder:
+                    decoder_cache = dict(decoder_cache, copied=tf.gather(group_cache["copied"], local_parents))
+                reordered.append(decoder_cache)
+            return reordered
 
         step_fn.reorder_cache = reorder_cache
-        return step_fn, [group_cache for _, _, group_cache in groups]
+        return step_fn, [group_cache for _, _, group_cache, _ in groups]
 
     def _decoding_group(self, source_ids, beam_size, cache_length):
-        """(memory keys / values per layer, memory bias, initial cache) of a group of sentences."""
+        """(memory keys / values per layer, memory bias, initial cache, (memory, source_ids)) of a group
+        of sentences; with aligned_decoder the cache also counts each row's copied source pieces
+        ("copied")."""
+        source_ids = tf.cast(source_ids, tf.int32)
         memory, source_padding_mask = self.encode(source_ids, training=False)
         memory_key_values = self.decoder.project_memory(memory)
         memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)
         rows = tf.shape(source_ids)[0] * beam_size
-        return memory_key_values, memory_bias, self.decoder.initial_cache(rows, cache_length, memory.dtype, beam_size)
+        cache = self.decoder.initial_cache(rows, cache_length, memory.dtype, beam_size)
+        if self.config.aligned_decoder:
+            cache["copied"] = tf.zeros([rows], tf.int32)
+        return memory_key_values, memory_bias, cache, (memory, source_ids)
 
     # Training: the loss is divided by the real target tokens of the global batch.
 

@@ -11,9 +11,10 @@ from keras_transformer.decoding import beam_search
 from keras_transformer.precision import model_in_precision
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
-TARGET = np.array([[2, 11, 12, 13, 14, 15], [2, 16, 17, 18, 0, 0]], np.int32)
+TARGET = np.array([[2, 11, 5, 6, 14, 7], [2, 9, 17, 10, 0, 0]], np.int32)  # copies some of the source's pieces
+ALIGNED = dict(aligned_decoder=True)
 VARIANTS = [dict(), dict(tie_embeddings=False), dict(positional="learned"), dict(norm_first=True),
-            dict(num_layers=3, decoder_layers=1)]
+            dict(num_layers=3, decoder_layers=1), ALIGNED]
 
 
 def _tiny(**fields):
@@ -93,7 +94,7 @@ def test_changing_target_token_t_never_changes_earlier_logits():
 @pytest.mark.parametrize("fields,parallel_groups,transposed_kernels", [
     (dict(), 1, False), (dict(), 1, True), (dict(norm_first=True, tie_embeddings=False), 1, False),
     (dict(norm_first=True, tie_embeddings=False), 1, True), (dict(), 2, True), (dict(), 3, False),
-    (dict(num_layers=3, decoder_layers=1), 2, True)])
+    (dict(num_layers=3, decoder_layers=1), 2, True), (ALIGNED, 1, False), (ALIGNED, 2, True)])
 def test_cached_decoding_equals_the_full_pass(fields, parallel_groups, transposed_kernels):
     """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass,
     also with the sentences in groups (3 groups of 2 sentences: one is empty) and the logits in
@@ -112,6 +113,51 @@ def test_cached_decoding_equals_the_full_pass(fields, parallel_groups, transpose
     incremental = np.stack(logits, axis=1)
     real = TARGET != 0
     np.testing.assert_allclose(incremental[real], full[real], atol=1e-5)
+
+
+def test_the_aligned_decoder_reads_the_memory_at_the_last_copied_piece():
+    """A target token is a copy when it is the source's next piece not copied yet (in order, never
+    PAD, BOS or EOS): the decoder's input at each position gets the memory at the piece copied
+    last, nothing before the first copy, and stays there once the source's pieces run out."""
+    model = _tiny(**ALIGNED)
+    # Row 0's source is 5 6 7 8 EOS: 6 before 5 is no copy, 5 6 7 are, 7 again and EOS are not, 8 is.
+    target = np.array([[2, 6, 5, 11, 6, 7, 7, 3, 8, 8], [2, 9, 9, 10, 3, 9, 10, 0, 0, 0]], np.int32)
+    counts = model._copied_counts(tf.constant(target), tf.constant(SOURCE)).numpy()
+    np.testing.assert_array_equal(counts, [[0, 0, 1, 1, 2, 3, 3, 3, 4, 4], [0, 1, 1, 2, 2, 2, 2, 2, 2, 2]])
+    memory, _ = model.encode(SOURCE)
+    got = model._copied_memory(memory, tf.range(2)[:, None], tf.constant(counts)).numpy()
+    for row in range(2):
+        for t in range(target.shape[1]):
+            want = np.zeros(memory.shape[-1]) if counts[row, t] == 0 else memory.numpy()[row, counts[row, t] - 1]
+            np.testing.assert_array_equal(got[row, t], want)
+    # The input changes the logits: the same weights without the alignment answer otherwise.
+    paper = _tiny()
+    paper.set_weights(model.get_weights())
+    assert not np.allclose(model((SOURCE, target)), paper((SOURCE, target)), atol=1e-3)
+    with pytest.raises(ValueError, match="source_ids"):
+        model.decode(target, memory, SOURCE != 0)
+
+
+def test_the_aligned_decoders_count_follows_the_beams():
+    """Two hypotheses per sentence that copied different numbers of pieces, swapped by the beam
+    search's reorder_cache after 3 steps: each row goes on with the other's count, as the full pass
+    of the sequence it now continues says."""
+    model = _tiny(**ALIGNED)
+    beams = np.array([[2, 5, 6, 11, 7, 12], [2, 11, 5, 12, 6, 7],    # sentence 0 (5 6 7 8), beams 0 and 1
+                      [2, 11, 12, 9, 13, 10], [2, 9, 10, 11, 12, 13]], np.int32)  # sentence 1 (9 10)
+    step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=2, cache_length=10)
+    swapped_after = 3
+    for t in range(swapped_after):
+        _, cache = step_fn(tf.constant(beams[:, t]), tf.constant(t), cache)
+    parents = tf.constant([1, 0, 3, 2])
+    cache = step_fn.reorder_cache(cache, parents)
+    continued = np.concatenate([beams[parents.numpy(), :swapped_after], beams[:, swapped_after:]], axis=1)
+    logits = []
+    for t in range(swapped_after, beams.shape[1]):
+        step_logits, cache = step_fn(tf.constant(continued[:, t]), tf.constant(t), cache)
+        logits.append(step_logits)
+    full = np.asarray(model((np.repeat(SOURCE, 2, axis=0), continued)))
+    np.testing.assert_allclose(np.stack(logits, axis=1), full[:, swapped_after:], atol=1e-5)
 
 
 def _copy_task(rng, n, length=8):

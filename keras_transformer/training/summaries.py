@@ -73,7 +73,7 @@ def cross_attention(model, source_ids, output_ids):
     target_input = tf.constant(np.concatenate([[BOS_ID], np.asarray(output_ids, np.int32)[:-1]])[None])
     memory, source_padding_mask = model.encode(source, training=False)
     _, scores = model.decode(target_input, memory, source_padding_mask, training=False,
-                             return_attention_scores=True)
+                             return_attention_scores=True, source_ids=source)
     return np.asarray(tf.cast(scores[0], tf.float32))
 
 

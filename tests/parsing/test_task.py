@@ -146,3 +146,51 @@ def test_the_parser_of_a_run_writes_words_in_the_order_its_linearization_has(tre
     assert corpus_from_spec(treebank_spec(*paths, "depth")).user_defined_symbols() == \
         corpus_from_spec(treebank_spec(*paths, "depth_word_first")).user_defined_symbols()
     assert parser_options(tmp_path / "no run")["word_first"] is False
+
+
+@pytest.mark.parametrize("linearization", ["brackets", "depth", "depth_word_first"])
+def test_a_targets_pieces_between_its_tree_tokens_are_the_sources_pieces_in_order(tmp_path, linearization):
+    """What TransformerConfig.aligned_decoder counts on: matched in order against the source's pieces,
+    every piece of the target that is no tree token is a copy, and every source piece is copied once.
+    A tree token can be a word too (the tag "." and the word ".", both the user-defined piece "▁."):
+    with each word first, the word's is the one taken for the copy, so the decoder reads the n-th
+    word's memory at its pieces and its tree tokens; with the tag first, the tag is taken for the
+    word's copy, one token early."""
+    import re
+
+    import numpy as np
+    import sentencepiece
+    import tensorflow as tf
+
+    from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
+    from keras_transformer.data import DataConfig, SubwordTokenizer, make_corpus_dataset
+    from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
+    from keras_transformer.model import Transformer
+    from keras_transformer.parsing.toy_treebank import write_toy_treebank
+
+    paths = write_toy_treebank(tmp_path, sizes={"train": 60})
+    corpus = TreebankCorpus({"train": paths["train"]}, linearization=linearization)
+    symbols = corpus.user_defined_symbols()
+    proto = train_sentencepiece(corpus.training_sentences(), TokenizerSettings(vocab_size=500,
+                                                                                user_defined_symbols=symbols))
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=proto)
+    tree_tokens = {pieces.piece_to_id(symbol) for symbol in symbols}
+    depth_tokens = {pieces.piece_to_id(symbol) for symbol in symbols if re.fullmatch(r"\u2581[+-]\d+.*", symbol)}
+    model = Transformer(TransformerConfig.from_preset("tiny", vocab_size=pieces.get_piece_size(), aligned_decoder=True))
+    config = DataConfig(dataset="toy", vocab_size=500, max_length=128, tokens_per_batch=1024)
+    pairs = copied_tree_tokens = 0
+    for (source, target_input), _ in make_corpus_dataset(corpus, "train", SubwordTokenizer(proto), config,
+                                                         training=False).as_numpy_iterator():
+        counts = model._copied_counts(tf.constant(target_input), tf.constant(source)).numpy()
+        copies = np.diff(counts, axis=1, prepend=0) == 1
+        for source_row, target_row, copied, count in zip(source, target_input, copies, counts):
+            source_pieces = np.count_nonzero((source_row != PAD_ID) & (source_row != EOS_ID))
+            is_tree_token = np.isin(target_row, list(tree_tokens))
+            assert copied[(target_row > EOS_ID) & ~is_tree_token].all()
+            assert count[-1] == copied.sum() == source_pieces
+            if linearization == "depth_word_first":  # a copied tree token starts a word: after BOS or a depth token
+                previous = np.concatenate([[PAD_ID], target_row[:-1]])
+                assert np.isin(previous[copied & is_tree_token], list(depth_tokens | {BOS_ID})).all()
+            copied_tree_tokens += int(np.sum(copied & is_tree_token))
+            pairs += 1
+    assert pairs == 60 and copied_tree_tokens > 0  # the toy sentences end with ".", also a tag
