@@ -9,6 +9,7 @@ import keras_transformer as kt
 from keras_transformer.config import TrainConfig
 from keras_transformer.decoding import beam_search
 from keras_transformer.precision import model_in_precision
+from keras_transformer.training.summaries import cross_attention
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
 TARGET = np.array([[2, 11, 5, 6, 14, 7], [2, 9, 17, 10, 0, 0]], np.int32)  # copies some of the source's pieces
@@ -136,6 +137,10 @@ def test_the_aligned_decoder_reads_the_memory_at_the_last_copied_piece():
     assert not np.allclose(model((SOURCE, target)), paper((SOURCE, target)), atol=1e-3)
     with pytest.raises(ValueError, match="source_ids"):
         model.decode(target, memory, SOURCE != 0)
+    # TensorBoard's attention picture (training.summaries) decodes with the source too: (H, T, S) weights.
+    scores = cross_attention(model, SOURCE[0][:5], target[0][1:9])
+    assert scores.shape == (model.config.num_heads, 8, 5)
+    np.testing.assert_allclose(scores.sum(axis=-1), 1.0, rtol=1e-5)
 
 
 def test_the_aligned_decoders_count_follows_the_beams():
