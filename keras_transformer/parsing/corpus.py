@@ -30,16 +30,18 @@ LINEARIZATIONS = ("brackets", "depth", "depth_word_first")
 LOSSES = ("all", "labels")
 
 
+def _check_choice(what: str, value: str, choices: tuple) -> str:
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {choices}")
+    return value
+
+
 def check_linearization(linearization: str) -> str:
-    if linearization not in LINEARIZATIONS:
-        raise ValueError(f"unknown linearization {linearization!r}; expected one of {LINEARIZATIONS}")
-    return linearization
+    return _check_choice("linearization", linearization, LINEARIZATIONS)
 
 
 def check_loss(loss: str) -> str:
-    if loss not in LOSSES:
-        raise ValueError(f"unknown parsing loss {loss!r}; expected one of {LOSSES}")
-    return loss
+    return _check_choice("parsing loss", loss, LOSSES)
 
 
 class TreebankCorpus(Corpus):
