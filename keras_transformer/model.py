@@ -214,13 +214,13 @@ class Transformer(keras.Model):
 
         def step_fn(ids, step, cache):
             outputs, new_cache = [], []
-            for (memory_key_values, memory_bias, _, (memory, group_source)), group_ids, group_cache in zip(
+            for (memory_key_values, memory_bias, _, alignment), group_ids, group_cache in zip(
                     groups, _split_rows(ids, row_sizes), cache):
                 x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)
-                if self.config.aligned_decoder:
-                    sentences = tf.range(tf.shape(group_ids)[0]) // beam_size  # (n,) each row's
+                if alignment is not None:
+                    memory, sentences, row_sources = alignment
                     copied = group_cache["copied"]
-                    copied += tf.cast(self._copies(group_ids, tf.gather(group_source, sentences), copied), tf.int32)
+                    copied += tf.cast(self._copies(group_ids, row_sources, copied), tf.int32)
                     x += self._copied_memory(memory, sentences, copied)[:, None, :]
                 x, decoder_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
                                                             beam_size, kernels)
@@ -246,18 +246,21 @@ class Transformer(keras.Model):
         return step_fn, [group_cache for _, _, group_cache, _ in groups]
 
     def _decoding_group(self, source_ids, beam_size, cache_length):
-        """(memory keys / values per layer, memory bias, initial cache, (memory, source_ids)) of a group
-        of sentences; with aligned_decoder the cache also counts each row's copied source pieces
-        ("copied")."""
-        source_ids = tf.cast(source_ids, tf.int32)
+        """(memory keys / values per layer, memory bias, initial cache, alignment) of a group of
+        sentences. With aligned_decoder the cache also counts each row's copied source pieces
+        ("copied"), and alignment is (memory, each row's sentence (N,), each row's source ids (N, S)),
+        made once for all steps; else None."""
         memory, source_padding_mask = self.encode(source_ids, training=False)
         memory_key_values = self.decoder.project_memory(memory)
         memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)
         rows = tf.shape(source_ids)[0] * beam_size
         cache = self.decoder.initial_cache(rows, cache_length, memory.dtype, beam_size)
+        alignment = None
         if self.config.aligned_decoder:
             cache["copied"] = tf.zeros([rows], tf.int32)
-        return memory_key_values, memory_bias, cache, (memory, source_ids)
+            sentences = tf.range(rows) // beam_size
+            alignment = (memory, sentences, tf.gather(tf.cast(source_ids, tf.int32), sentences))
+        return memory_key_values, memory_bias, cache, alignment
 
     # Training: the loss is divided by the real target tokens of the global batch.
 
