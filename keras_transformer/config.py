@@ -82,6 +82,10 @@ class TransformerConfig(JsonConfig):
         finding it by attention. A target token is taken for a copy when it is the source's next
         piece not copied yet (PAD, BOS and EOS never are): matched in order, so a tree token that
         is also a word (the tag "." of the word ".") counts as the copy it matches.
+      aligned_next: with aligned_decoder, the decoder's input also gets a learned projection
+        (d_model x d_model, no bias) of the encoder's output at the next source piece not copied
+        yet (the source's EOS once all are copied): with each word before its tag,
+        the word after the one it tags, which a depth label (parsing.depth_labels) is about too.
     """
 
     vocab_size: int = 37000
@@ -102,6 +106,7 @@ class TransformerConfig(JsonConfig):
     relu_dropout_rate: float = 0.0
     decoder_layers: Optional[int] = None
     aligned_decoder: bool = False
+    aligned_next: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -122,6 +127,9 @@ class TransformerConfig(JsonConfig):
         for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
+        _require(self.aligned_decoder or not self.aligned_next,
+                 "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
+                 "aligned_decoder=True")
         _require(self.positional in POSITIONAL_KINDS,
                  f"TransformerConfig.positional must be one of {POSITIONAL_KINDS}; got {self.positional!r}")
 

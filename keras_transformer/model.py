@@ -75,6 +75,8 @@ class Transformer(keras.Model):
         self.target_dropout = keras.layers.Dropout(c.dropout_rate, name="target_dropout")
         self.encoder = Encoder(num_layers=c.num_layers, **layer_args, name="encoder")
         self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer_args, name="decoder")
+        if c.aligned_next:
+            self.next_piece_projection = keras.layers.Dense(c.d_model, use_bias=False, name="next_piece_projection")
 
     @classmethod
     def from_preset(cls, name, **field_overrides):
@@ -115,7 +117,8 @@ class Transformer(keras.Model):
             if source_ids is None:
                 raise ValueError("a model with aligned_decoder decodes with the source's ids (source_ids)")
             copied = self._copied_counts(target_input_ids, tf.cast(source_ids, tf.int32))  # (B, T)
-            x += self._copied_memory(memory, tf.range(tf.shape(memory)[0])[:, None], copied)
+            x += self._copied_memory(memory, tf.range(tf.shape(memory)[0])[:, None], copied,
+                                     self._next_memory(memory))
         x = self.target_dropout(x, training=training)
         x, scores = self.decoder(x, memory, masking.self_attention_mask(target_input_ids),
                                  masking.cross_attention_mask(source_padding_mask), training=training,
@@ -138,15 +141,23 @@ class Transformer(keras.Model):
         counts = tf.scan(count, tf.transpose(target_ids), initializer=tf.zeros_like(target_ids[:, 0]))
         return tf.transpose(counts)
 
+    def _next_memory(self, memory):
+        """memory (B, S, D) through the next piece's projection (aligned_next), or None."""
+        return self.next_piece_projection(memory) if self.config.aligned_next else None
+
     @staticmethod
-    def _copied_memory(memory, sentences, copied):
+    def _copied_memory(memory, sentences, copied, next_memory=None):
         """memory (B, S, D) at the last copied source piece: sentences and copied (how many pieces
         were copied up to here) index rows of memory and broadcast together; zeros where nothing was
-        copied yet."""
-        last = tf.maximum(copied - 1, 0)
-        sentences = tf.broadcast_to(sentences, tf.shape(last))
-        vectors = tf.gather_nd(memory, tf.stack([sentences, last], axis=-1))
-        return vectors * tf.cast(copied > 0, memory.dtype)[..., None]
+        copied yet. Plus next_memory (B, S, D), if given, at the next piece not copied yet (the
+        source's EOS once all are; at most the last position)."""
+        sentences = tf.broadcast_to(sentences, tf.shape(copied))
+        last = tf.gather_nd(memory, tf.stack([sentences, tf.maximum(copied - 1, 0)], axis=-1))
+        vectors = last * tf.cast(copied > 0, memory.dtype)[..., None]
+        if next_memory is not None:
+            following = tf.minimum(copied, tf.shape(memory)[1] - 1)
+            vectors += tf.gather_nd(next_memory, tf.stack([sentences, following], axis=-1))
+        return vectors
 
     def call(self, inputs, training=None):
         source_ids, target_input_ids = inputs
@@ -218,10 +229,10 @@ class Transformer(keras.Model):
                     groups, _split_rows(ids, row_sizes), cache):
                 x = self.target_positional(self.target_embedding(group_ids[:, None]), start=step)  # (n, 1, D)
                 if alignment is not None:
-                    memory, sentences, row_sources = alignment
+                    memory, sentences, row_sources, next_memory = alignment
                     copied = group_cache["copied"]
                     copied += tf.cast(self._copies(group_ids, row_sources, copied), tf.int32)
-                    x += self._copied_memory(memory, sentences, copied)[:, None, :]
+                    x += self._copied_memory(memory, sentences, copied, next_memory)[:, None, :]
                 x, decoder_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
                                                             beam_size, kernels)
                 if self.config.aligned_decoder:
@@ -248,8 +259,8 @@ class Transformer(keras.Model):
     def _decoding_group(self, source_ids, beam_size, cache_length):
         """(memory keys / values per layer, memory bias, initial cache, alignment) of a group of
         sentences. With aligned_decoder the cache also counts each row's copied source pieces
-        ("copied"), and alignment is (memory, each row's sentence (N,), each row's source ids (N, S)),
-        made once for all steps; else None."""
+        ("copied"), and alignment is (memory, each row's sentence (N,), each row's source ids (N, S),
+        the memory through the next piece's projection or None), made once for all steps; else None."""
         memory, source_padding_mask = self.encode(source_ids, training=False)
         memory_key_values = self.decoder.project_memory(memory)
         memory_bias = masking.mask_to_bias(masking.cross_attention_mask(source_padding_mask), memory.dtype)
@@ -259,7 +270,8 @@ class Transformer(keras.Model):
         if self.config.aligned_decoder:
             cache["copied"] = tf.zeros([rows], tf.int32)
             sentences = tf.range(rows) // beam_size
-            alignment = (memory, sentences, tf.gather(tf.cast(source_ids, tf.int32), sentences))
+            alignment = (memory, sentences, tf.gather(tf.cast(source_ids, tf.int32), sentences),
+                         self._next_memory(memory))
         return memory_key_values, memory_bias, cache, alignment
 
     # Training: the loss is divided by the real target tokens of the global batch.

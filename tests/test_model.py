@@ -14,8 +14,9 @@ from keras_transformer.training.summaries import cross_attention
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], np.int32)
 TARGET = np.array([[2, 11, 5, 6, 14, 7], [2, 9, 17, 10, 0, 0]], np.int32)  # copies some of the source's pieces
 ALIGNED = dict(aligned_decoder=True)
+ALIGNED_NEXT = dict(aligned_decoder=True, aligned_next=True)
 VARIANTS = [dict(), dict(tie_embeddings=False), dict(positional="learned"), dict(norm_first=True),
-            dict(num_layers=3, decoder_layers=1), ALIGNED]
+            dict(num_layers=3, decoder_layers=1), ALIGNED, ALIGNED_NEXT]
 
 
 def _tiny(**fields):
@@ -95,7 +96,8 @@ def test_changing_target_token_t_never_changes_earlier_logits():
 @pytest.mark.parametrize("fields,parallel_groups,transposed_kernels", [
     (dict(), 1, False), (dict(), 1, True), (dict(norm_first=True, tie_embeddings=False), 1, False),
     (dict(norm_first=True, tie_embeddings=False), 1, True), (dict(), 2, True), (dict(), 3, False),
-    (dict(num_layers=3, decoder_layers=1), 2, True), (ALIGNED, 1, False), (ALIGNED, 2, True)])
+    (dict(num_layers=3, decoder_layers=1), 2, True), (ALIGNED, 1, False), (ALIGNED, 2, True),
+    (ALIGNED_NEXT, 1, False), (ALIGNED_NEXT, 2, True)])
 def test_cached_decoding_equals_the_full_pass(fields, parallel_groups, transposed_kernels):
     """Feeding the target one token at a time through the cache: logits within 1e-5 of one pass,
     also with the sentences in groups (3 groups of 2 sentences: one is empty) and the logits in
@@ -143,11 +145,36 @@ def test_the_aligned_decoder_reads_the_memory_at_the_last_copied_piece():
     np.testing.assert_allclose(scores.sum(axis=-1), 1.0, rtol=1e-5)
 
 
-def test_the_aligned_decoders_count_follows_the_beams():
+def test_aligned_next_adds_the_projected_memory_at_the_next_piece():
+    """aligned_next: a d_model x d_model projection more, and the decoder's input also gets the
+    projected memory at the next piece not copied yet (the source's EOS once all are copied)."""
+    model = _tiny(**ALIGNED_NEXT)
+    d = model.config.d_model
+    assert model.count_params() == _tiny(**ALIGNED).count_params() + d * d
+    counts = tf.constant([[0, 1, 4, 4], [0, 1, 2, 2]])  # row 1's source is 9 10 EOS: 2 is all it has
+    memory, _ = model.encode(SOURCE)
+    projected = model.next_piece_projection(memory).numpy()
+    got = model._copied_memory(memory, tf.range(2)[:, None], counts, model._next_memory(memory)).numpy()
+    last = model._copied_memory(memory, tf.range(2)[:, None], counts).numpy()
+    for row in range(2):
+        for t in range(4):
+            np.testing.assert_allclose(got[row, t] - last[row, t], projected[row, counts[row, t]], atol=1e-6)
+    # The same weights without it answer otherwise, and alike once the projection is zero.
+    aligned = _tiny(**ALIGNED)
+    aligned.set_weights([w.numpy() for w in model.weights if "next_piece_projection" not in w.path])
+    assert not np.allclose(model((SOURCE, TARGET)), aligned((SOURCE, TARGET)), atol=1e-3)
+    model.next_piece_projection.kernel.assign(tf.zeros([d, d]))
+    np.testing.assert_allclose(model((SOURCE, TARGET)), aligned((SOURCE, TARGET)), atol=1e-6)
+    with pytest.raises(ValueError, match="aligned_next .* needs aligned_decoder"):
+        kt.TransformerConfig.from_preset("tiny", aligned_next=True)
+
+
+@pytest.mark.parametrize("fields", [ALIGNED, ALIGNED_NEXT])
+def test_the_aligned_decoders_count_follows_the_beams(fields):
     """Two hypotheses per sentence that copied different numbers of pieces, swapped by the beam
     search's reorder_cache after 3 steps: each row goes on with the other's count, as the full pass
     of the sequence it now continues says."""
-    model = _tiny(**ALIGNED)
+    model = _tiny(**fields)
     beams = np.array([[2, 5, 6, 11, 7, 12], [2, 11, 5, 12, 6, 7],    # sentence 0 (5 6 7 8), beams 0 and 1
                       [2, 11, 12, 9, 13, 10], [2, 9, 10, 11, 12, 13]], np.int32)  # sentence 1 (9 10)
     step_fn, cache = model.decoding_step_fn(tf.constant(SOURCE), beam_size=2, cache_length=10)
