@@ -31,7 +31,7 @@ from typing import Optional
 import keras
 
 from keras_transformer.training.checkpointing import CHECKPOINT_PREFIX, checkpoint_directory
-from keras_transformer.training.distribution import any_worker
+from keras_transformer.training.distribution import CLUSTER_WAIT_SECONDS, any_worker, wait_for_all_workers
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +170,12 @@ class ValidationSelection(keras.callbacks.Callback):
       write: False on the workers other than the chief: they save (saving may run collectives) and
         keep the same record in memory, to stop at the same step, but write nothing.
 
+    On a cluster the workers first wait for each other at a barrier of the coordination service:
+    an evaluation is work each worker does apart (its translations; the chief's TensorBoard writing),
+    which may take one worker longer than the collective timeout allows the others to wait in the
+    collectives that follow (saving, the early stopping's agreement); a barrier waits
+    CLUSTER_WAIT_SECONDS, and fails at once if a worker is lost.
+
     `stopped` says whether the patience is exhausted, also when it already was in the record read.
     """
 
@@ -186,6 +192,7 @@ class ValidationSelection(keras.callbacks.Callback):
         # Training time goes on from the last evaluation this run resumes after.
         self._seconds_before = self.record.seconds_at(run_checkpoint.step)
         self._started = time.monotonic()
+        self._evaluations = 0
 
     def on_epoch_end(self, epoch, logs=None):
         step = self.run_checkpoint.step
@@ -193,6 +200,9 @@ class ValidationSelection(keras.callbacks.Callback):
             self.after_evaluation(step, self.monitor.history[-1][1])
 
     def after_evaluation(self, step: int, values: dict):
+        self._evaluations += 1  # the barrier's name: one barrier for each evaluation of this process
+        wait_for_all_workers(self.model.distribute_strategy, f"evaluated/{step}/{self._evaluations}",
+                             CLUSTER_WAIT_SECONDS)
         path = pathlib.Path(self.run_checkpoint.save())
         seconds = self._seconds_before + time.monotonic() - self._started
         joined, left = self.record.add(step, values, seconds, self.keep)

@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 # Collectives (all-reduce of the gradients, checkpoint agreement) give up after this long: a worker
 # that died makes the others fail with DeadlineExceeded instead of waiting for ever.
 DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 120.0
+# How long the workers of a cluster wait at a barrier of the coordination service (wait_for_all_workers,
+# check_workers_agree): for the chief to learn the vocabulary, for each other's configs, for every
+# worker to end an evaluation. A lost worker ends the wait at once.
+CLUSTER_WAIT_SECONDS = 3600.0
 _JOBS = ("chief", "worker")
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 

@@ -33,7 +33,8 @@ from keras_transformer.training.best_checkpoints import ValidationRecord, Valida
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
-from keras_transformer.training.distribution import (PEER_FAILURES, WorkerLost, any_worker, check_workers_agree,
+from keras_transformer.training.distribution import (CLUSTER_WAIT_SECONDS, PEER_FAILURES, WorkerLost, any_worker,
+                                                     check_workers_agree,
                                                      describe_strategy, is_chief, mean_over_workers, num_workers,
                                                      select_strategy, set_mixed_precision, wait_for_all_workers,
                                                      worker_index, xla_compilation_errors_name_the_flag)
@@ -48,9 +49,6 @@ logger = logging.getLogger(__name__)
 TEST_TRANSLATIONS = "test_translations.txt"
 TEST_SCORES = "test_scores.json"
 EXPORT_RECORD = "exported.json"
-# How long the workers of a cluster wait for the chief to learn the vocabulary, and for each other's
-# configs; a lost worker ends the wait at once.
-CLUSTER_WAIT_SECONDS = 3600.0
 
 
 @dataclasses.dataclass
