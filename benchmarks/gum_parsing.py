@@ -8,13 +8,13 @@ test once with EVALB (COLLINS.prm).
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA), its trees as one label per
 word, each word before its tag, unless --linearization says otherwise (depth was chosen over
 brackets on GUM dev, then depth_word_first over depth: README, Parsing), with the decoder reading
-the word it is at and the next (model.aligned_decoder and model.aligned_next, both chosen on GUM dev:
-README, Parsing; `--set model.aligned_decoder=false --set model.aligned_next=false` turns them off),
-with pipelines.train_parser's job (keras_transformer.training.run.train_and_evaluate with the
-parsing task), stopping after --minutes, without the job's own closing evaluation, so that test is
-decoded once only: dev F1 is computed for the averaged weights and the last --candidates checkpoints
-on the first --choice-sentences dev sentences (all of dev with 0; a beam of 21 over all 1,575 takes
-about as long as the training, per candidate), the best is written to <workdir>/chosen.weights.h5
+the word it is at (model.aligned_decoder, chosen on GUM dev: README, Parsing; `--set
+model.aligned_decoder=false` turns it off), with pipelines.train_parser's job
+(keras_transformer.training.run.train_and_evaluate with the parsing task), stopping after --minutes,
+without the job's own closing evaluation, so that test is decoded once only: dev F1 is computed for
+the averaged weights and the last --candidates checkpoints on the first --choice-sentences dev
+sentences (all of dev with 0; a beam of 21 over all 1,575 takes about as long as the training, per
+candidate), the best is written to <workdir>/chosen.weights.h5
 (which `python -m pipelines.parse --model <workdir>` uses), and only it parses all of dev and test.
 Prints one JSON line: {"task": "gum_parsing", "dev_f1" (all of dev), "test_f1", "checkpoint", ...}
 (F1 in percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1 against training minutes
@@ -36,7 +36,7 @@ from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: 
 
 CHOSEN_WEIGHTS = "chosen.weights.h5"
 # Deviations from the paper's model chosen on GUM dev (README, Parsing); --set overrides them.
-MODEL_DEFAULTS = ("model.aligned_decoder=true", "model.aligned_next=true")
+MODEL_DEFAULTS = ("model.aligned_decoder=true",)
 
 
 def parse_args():
