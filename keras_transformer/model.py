@@ -235,7 +235,7 @@ class Transformer(keras.Model):
                     x += self._copied_memory(memory, sentences, copied, next_memory)[:, None, :]
                 x, decoder_cache = self.decoder.call_cached(x, memory_key_values, memory_bias, group_cache, step,
                                                             beam_size, kernels)
-                if self.config.aligned_decoder:
+                if alignment is not None:
                     decoder_cache = dict(decoder_cache, copied=copied)
                 outputs.append(x)
                 new_cache.append(decoder_cache)

@@ -34,8 +34,8 @@ from keras_transformer.training.checkpointing import (CheckpointCallback, RunChe
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
 from keras_transformer.training.distribution import (CLUSTER_WAIT_SECONDS, PEER_FAILURES, WorkerLost, any_worker,
-                                                     check_workers_agree,
-                                                     describe_strategy, is_chief, mean_over_workers, num_workers,
+                                                     check_workers_agree, describe_strategy, is_chief,
+                                                     mean_over_workers, num_workers,
                                                      select_strategy, set_mixed_precision, wait_for_all_workers,
                                                      worker_index, xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
