@@ -44,12 +44,13 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
+    # --linearization and --loss are checked against keras_transformer.parsing.corpus's LINEARIZATIONS
+    # and LOSSES in main(): that module imports TensorFlow, which must wait for --onednn.
     parser.add_argument("--linearization", default="depth_word_first",
-                        choices=("brackets", "depth", "depth_word_first"),
                         help="trees as one label per word, each word before its tag (the default here: chosen "
                              "on GUM dev, README), with the tag first (depth), or as brackets "
                              "(pipelines.train_parser's default, the paper's)")
-    parser.add_argument("--loss", default="all", choices=("all", "labels"),
+    parser.add_argument("--loss", default="all",
                         help="what the loss scores: every target piece, or the tree tokens only (labels), "
                              "as pipelines.train_parser's --loss")
     parser.add_argument("--candidates", type=int, default=3, help="last checkpoints compared with the average")
@@ -64,7 +65,7 @@ def parse_args():
     parser.add_argument("--onednn", type=int, choices=(0, 1), default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="config overrides, as for pipelines.train_parser")
-    return parser.parse_args()
+    return parser, parser.parse_args()
 
 
 def scalar_events(directory, tag):
@@ -126,9 +127,14 @@ def candidates(configs, workdir, averaged_weights, count):
 
 
 def main():
-    args = parse_args()
+    parser, args = parse_args()
     setup_tensorflow(args)
     log_the_job()
+    from keras_transformer.parsing.corpus import LINEARIZATIONS, LOSSES
+    for flag, value, choices in (("--linearization", args.linearization, LINEARIZATIONS),
+                                 ("--loss", args.loss, LOSSES)):
+        if value not in choices:
+            parser.error(f"argument {flag}: invalid choice: {value!r} (choose from {', '.join(choices)})")
     import time
 
     from keras_transformer.data import SubwordTokenizer
