@@ -44,8 +44,8 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     parser.add_argument("--preset", default="parsing_small", help="parsing preset")
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/gum-<preset>)")
-    # --linearization and --loss are checked against keras_transformer.parsing.corpus's LINEARIZATIONS
-    # and LOSSES in main(): that module imports TensorFlow, which must wait for --onednn.
+    # --linearization and --loss are checked by keras_transformer.parsing.corpus's check_linearization
+    # and check_loss in main(): that module imports TensorFlow, which must wait for --onednn.
     parser.add_argument("--linearization", default="depth_word_first",
                         help="trees as one label per word, each word before its tag (the default here: chosen "
                              "on GUM dev, README), with the tag first (depth), or as brackets "
@@ -130,11 +130,12 @@ def main():
     parser, args = parse_args()
     setup_tensorflow(args)
     log_the_job()
-    from keras_transformer.parsing.corpus import LINEARIZATIONS, LOSSES
-    for flag, value, choices in (("--linearization", args.linearization, LINEARIZATIONS),
-                                 ("--loss", args.loss, LOSSES)):
-        if value not in choices:
-            parser.error(f"argument {flag}: invalid choice: {value!r} (choose from {', '.join(choices)})")
+    from keras_transformer.parsing.corpus import check_linearization, check_loss
+    try:
+        check_linearization(args.linearization)
+        check_loss(args.loss)
+    except ValueError as error:
+        parser.error(str(error))
     import time
 
     from keras_transformer.data import SubwordTokenizer
