@@ -9,6 +9,7 @@ paper is a named field, documented where it is defined. Variants come from `data
 """
 import dataclasses
 import json
+import math
 from typing import Optional
 
 # Special token ids, fixed across the project (the SentencePiece model is trained with these ids).
@@ -86,6 +87,14 @@ class TransformerConfig(JsonConfig):
         (d_model x d_model, no bias) of the encoder's output at the next source piece not copied
         yet (the source's EOS once all are copied): with each word before its tag,
         the word after the one it tags, which a depth label (parsing.depth_labels) is about too.
+      rdrop_alpha: R-Drop (Liang et al., NeurIPS 2021, "R-Drop: Regularized Dropout for Neural
+        Networks"), 0 (off, the paper) or its weight alpha > 0: each training batch goes through the
+        model twice in one pass (its rows stacked twice, so the dropout masks differ), and the loss
+        is the mean of the two passes' label-smoothed cross-entropies plus alpha / 2 times the mean
+        over real target tokens of (KL(P1 || P2) + KL(P2 || P1)) / 2. That is half of fairseq's
+        label_smoothed_cross_entropy_with_rdrop at the same alpha, so an alpha weighs the KL against
+        the cross-entropy as there. A step costs about twice the compute of one without it.
+        Needs dropout (some rate above 0): without it the two passes are the same.
     """
 
     vocab_size: int = 37000
@@ -107,6 +116,7 @@ class TransformerConfig(JsonConfig):
     decoder_layers: Optional[int] = None
     aligned_decoder: bool = False
     aligned_next: bool = False
+    rdrop_alpha: float = 0.0
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -127,6 +137,14 @@ class TransformerConfig(JsonConfig):
         for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
+        _require(isinstance(self.rdrop_alpha, (int, float)) and math.isfinite(self.rdrop_alpha)
+                 and self.rdrop_alpha >= 0,
+                 f"TransformerConfig.rdrop_alpha must be a finite number >= 0 (0: off); got {self.rdrop_alpha!r}")
+        _require(self.rdrop_alpha == 0 or max(self.dropout_rate, self.attention_dropout_rate,
+                                               self.relu_dropout_rate) > 0,
+                 f"TransformerConfig.rdrop_alpha={self.rdrop_alpha} compares two dropout passes of each "
+                 "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
+                 "(or rdrop_alpha=0)")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

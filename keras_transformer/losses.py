@@ -70,6 +70,22 @@ def _logits_gradient(logits, labels, log_normalizer, loss_upstream, nll_upstream
             - (label_smoothing / vocab_size) * loss_upstream[:, None])
 
 
+def symmetric_kl_sum(logits_p, logits_q, real):
+    """sum over tokens of real * (KL(P || Q) + KL(Q || P)) / 2, P and Q the softmaxes of the (B, T, V)
+    logits, real (B, T) 1 for a real token and 0 for padding: R-Drop's term (TransformerConfig's
+    rdrop_alpha). KL(P || Q) + KL(Q || P) = sum_v (p_v - q_v) (log p_v - log q_v)."""
+    return _symmetric_kl_sum(tf.cast(logits_p, tf.float32), tf.cast(logits_q, tf.float32),
+                             tf.cast(real, tf.float32))
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _symmetric_kl_sum(logits_p, logits_q, real):
+    log_p = tf.nn.log_softmax(logits_p, axis=-1)
+    log_q = tf.nn.log_softmax(logits_q, axis=-1)
+    per_token = tf.reduce_sum((tf.exp(log_p) - tf.exp(log_q)) * (log_p - log_q), axis=-1)
+    return 0.5 * tf.reduce_sum(per_token * real)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against label-smoothed targets, summed over real target tokens and divided by

@@ -9,7 +9,7 @@ from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
-from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.losses import LabelSmoothedCrossEntropy, symmetric_kl_sum
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.schedule import paper_optimizer
 from keras_transformer.shapes import dimension
@@ -333,10 +333,27 @@ class Transformer(keras.Model):
 
     def _uncompiled_loss_and_gradients(self, x, y, global_count):
         with tf.GradientTape() as tape:
-            logits = self(x, training=True)
-            total, count, _ = self.loss.sum_and_count(y, logits)
+            if self.config.rdrop_alpha > 0:
+                logits, total, count = self._rdrop_loss(x, y)
+            else:
+                logits = self(x, training=True)
+                total, count, _ = self.loss.sum_and_count(y, logits)
             scaled_loss = self.optimizer.scale_loss(total / global_count)
         return tape.gradient(scaled_loss, self.trainable_weights), logits, total, count
+
+    def _rdrop_loss(self, x, y):
+        """(the first pass's logits, token-loss sum, real tokens) under R-Drop (TransformerConfig's
+        rdrop_alpha): both passes in one call on the batch's rows stacked twice, so that each row
+        gets dropout masks of its own in each."""
+        rows = tf.shape(y)[0]
+        both = self(tf.nest.map_structure(lambda tensor: tf.concat([tensor, tensor], axis=0), x), training=True)
+        logits, second = both[:rows], both[rows:]
+        first_total, count, _ = self.loss.sum_and_count(y, logits)
+        second_total, _, _ = self.loss.sum_and_count(y, second)
+        real = tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.loss.pad_id), tf.float32)
+        total = (0.5 * (first_total + second_total)
+                 + 0.5 * self.config.rdrop_alpha * symmetric_kl_sum(logits, second, real))
+        return logits, total, count
 
     def _track_loss(self, total, count):
         """The reported loss: the mean token loss, weighted by the real tokens."""
