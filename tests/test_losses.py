@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import LabelSmoothedCrossEntropy, MaskedTokenAccuracy, Perplexity
+from keras_transformer.losses import symmetric_kl_sum
 
 
 def _log_softmax(row):
@@ -87,3 +88,26 @@ def test_nll_gradient_and_mixed_precision_logits():
     assert gradient.dtype == tf.bfloat16
     expected = tf.nn.softmax(tf.cast(logits, tf.float32)) - tf.one_hot(labels, 5)
     np.testing.assert_allclose(tf.cast(gradient, tf.float32), expected, atol=1e-2)
+
+
+
+def test_the_symmetric_kl_is_the_mean_of_both_directions_over_real_tokens():
+    """R-Drop's term against KL divergences summed by hand in float64; padding adds nothing and
+    gets no gradient."""
+    rng = np.random.default_rng(0)
+    logits_p = rng.normal(size=(2, 3, 7)) * 2
+    logits_q = rng.normal(size=(2, 3, 7)) * 2
+    real = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    want = 0.0
+    for b, t in zip(*np.nonzero(real)):
+        log_p, log_q = _log_softmax(logits_p[b, t]), _log_softmax(logits_q[b, t])
+        kl_pq = (np.exp(log_p) * (log_p - log_q)).sum()
+        kl_qp = (np.exp(log_q) * (log_q - log_p)).sum()
+        want += (kl_pq + kl_qp) / 2
+    source = tf.constant(logits_p, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(source)
+        got = symmetric_kl_sum(source, tf.constant(logits_q, tf.float32), tf.constant(real))
+    assert float(got) == pytest.approx(want, rel=1e-5)
+    gradient = tape.gradient(got, source).numpy()
+    assert np.all(gradient[real == 0] == 0) and np.any(gradient[real == 1] != 0)
