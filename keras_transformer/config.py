@@ -93,8 +93,9 @@ class TransformerConfig(JsonConfig):
         is the mean of the two passes' label-smoothed cross-entropies plus alpha / 2 times the mean
         over real target tokens of (KL(P1 || P2) + KL(P2 || P1)) / 2. That is half of fairseq's
         label_smoothed_cross_entropy_with_rdrop at the same alpha, so an alpha weighs the KL against
-        the cross-entropy as there. A step costs about twice the compute of one without it.
-        Needs dropout (some rate above 0): without it the two passes are the same.
+        the cross-entropy as there; it is also the training loss Keras reports. A step costs about
+        twice the compute of one without it (2.4 times the time of a `small_data` step on 2 CPU
+        cores, README). Needs dropout (some rate above 0): without it the two passes are the same.
     """
 
     vocab_size: int = 37000

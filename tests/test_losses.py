@@ -90,7 +90,6 @@ def test_nll_gradient_and_mixed_precision_logits():
     np.testing.assert_allclose(tf.cast(gradient, tf.float32), expected, atol=1e-2)
 
 
-
 def test_the_symmetric_kl_is_the_mean_of_both_directions_over_real_tokens():
     """R-Drop's term against KL divergences summed by hand in float64; padding adds nothing and
     gets no gradient."""
