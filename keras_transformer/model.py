@@ -345,15 +345,15 @@ class Transformer(keras.Model):
         """(the first pass's logits, token-loss sum, real tokens) under R-Drop (TransformerConfig's
         rdrop_alpha): both passes in one call on the batch's rows stacked twice, so that each row
         gets dropout masks of its own in each."""
+        def stacked(tensor):
+            return tf.concat([tensor, tensor], axis=0)
+
         rows = tf.shape(y)[0]
-        both = self(tf.nest.map_structure(lambda tensor: tf.concat([tensor, tensor], axis=0), x), training=True)
-        logits, second = both[:rows], both[rows:]
-        first_total, count, _ = self.loss.sum_and_count(y, logits)
-        second_total, _, _ = self.loss.sum_and_count(y, second)
+        both = self(tf.nest.map_structure(stacked, x), training=True)
+        both_total, both_count, _ = self.loss.sum_and_count(stacked(y), both)
         real = tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.loss.pad_id), tf.float32)
-        total = (0.5 * (first_total + second_total)
-                 + 0.5 * self.config.rdrop_alpha * symmetric_kl_sum(logits, second, real))
-        return logits, total, count
+        total = 0.5 * both_total + 0.5 * self.config.rdrop_alpha * symmetric_kl_sum(both[:rows], both[rows:], real)
+        return both[:rows], total, 0.5 * both_count
 
     def _track_loss(self, total, count):
         """The reported loss: the mean token loss, weighted by the real tokens."""
