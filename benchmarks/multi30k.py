@@ -161,13 +161,15 @@ def main():
     result = train_and_evaluate(workdir, configs, verbose=2, evaluate_test=False)  # test: once, below
     minutes = (time.monotonic() - started) / 60.0
     configs = RunConfigs.read(workdir)
+    lowercase = configs.data.lowercase  # a case-folding run (data.lowercase) is chosen on lowercased val BLEU
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
 
     validation = list(get_corpus("multi30k").pairs("validation"))[:args.max_sentences]
     best, tried = None, {}
     for name, steps, model in candidate_models(configs, workdir, args.candidates):
         translator = BeamSearchTranslator(model, tokenizer, configs.decode)
-        scores = score(translator.translate([s for s, _ in validation], progress=True), [r for _, r in validation])
+        scores = score(translator.translate([s for s, _ in validation], progress=True), [r for _, r in validation],
+                       lowercase)
         log(f"val BLEU of {name}: {scores.bleu:.2f}")
         tried[name] = round(scores.bleu, 2)
         if best is None or scores.bleu > best[3].bleu:
@@ -182,7 +184,8 @@ def main():
             continue
         other = BeamSearchTranslator(translator.model, tokenizer,
                                      dataclasses.replace(configs.decode, beam_size=beam, alpha=alpha))
-        bleu = score(other.translate([s for s, _ in validation], progress=True), [r for _, r in validation]).bleu
+        bleu = score(other.translate([s for s, _ in validation], progress=True), [r for _, r in validation],
+                     lowercase).bleu
         log(f"val BLEU of {name} at {key}: {bleu:.2f}")
         decodings[key] = round(bleu, 2)
         if bleu > val_bleu:

@@ -61,7 +61,7 @@ def main(argv=None):
     translator = BeamSearchTranslator(model, SubwordTokenizer(sentencepiece_proto), decode_config,
                                       precision=args.precision)
     hypotheses = translator.translate([source for source, _ in pairs], progress=True)
-    scores = score(hypotheses, [reference for _, reference in pairs])
+    scores = score(hypotheses, [reference for _, reference in pairs], lowercase=bool(data and data.lowercase))
     if args.output is not None:
         args.output.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
     print(scores.report(f"{corpus.name} {args.split} (beam {decode_config.beam_size}, alpha {decode_config.alpha}"

@@ -42,6 +42,11 @@ class DataConfig(JsonConfig):
         implements it: each merge is skipped with this probability and not tried again at that
         place, so words are split anew at every epoch. A pair whose pieces then pass max_length is
         dropped from that epoch only. 0 (the paper): off.
+      lowercase: case-fold source and target (not in the paper; off by default). The vocabulary's
+        normalizer folds them (NFKC and case folding, SentencePiece's "nmt_nfkc_cf"), so training,
+        evaluation and an export's input all fold alike and every translation comes out lowercase;
+        BLEU and chrF are then computed lowercased (sacreBLEU's -lc). For comparisons with results
+        on lowercased corpora, such as the small-data Multi30k literature.
     """
 
     dataset: str = "wmt14"
@@ -60,6 +65,7 @@ class DataConfig(JsonConfig):
     seed: int = 0
     num_parallel_calls: int = -1
     subword_dropout: float = 0.0
+    lowercase: bool = False
 
     def __post_init__(self):
         positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",
@@ -84,4 +90,4 @@ class DataConfig(JsonConfig):
     def tokenizer_settings(self, corpus_name: str, user_defined_symbols=()) -> TokenizerSettings:
         return TokenizerSettings(vocab_size=self.vocab_size, sample_size=self.tokenizer_sample_size,
                                  byte_fallback=self.byte_fallback, corpus=corpus_name,
-                                 user_defined_symbols=tuple(user_defined_symbols))
+                                 user_defined_symbols=tuple(user_defined_symbols), lowercase=self.lowercase)

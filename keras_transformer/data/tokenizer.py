@@ -6,10 +6,12 @@ module trains such a model with the `sentencepiece` package on a seeded sample o
 corpus, saves it beside the run, and tokenizes in-graph with `tensorflow_text.SentencepieceTokenizer`
 from the same model bytes, so an exported SavedModel tokenizes exactly as training did.
 
-Lossless: the text is not normalized (rule "identity", inner whitespace kept as is) and characters
+Lossless by default: the text is not normalized (rule "identity", inner whitespace kept as is) and characters
 outside the vocabulary fall back to their UTF-8 bytes, so detokenize(tokenize(s)) == s for any text
 that does not start with whitespace (SentencePiece drops it) and has no U+2581 "▁" (SentencePiece's
 own space mark, which comes back as a space); corpora strip surrounding whitespace for this reason.
+With `lowercase` the model case-folds instead (SentencePiece's rule "nmt_nfkc_cf": NFKC, then case
+folding), in its normalizer, so the in-graph tokenizer of training and of an export folds alike.
 Ids are fixed: PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3; pad, bos and eos are control symbols that
 detokenize to nothing.
 """
@@ -51,6 +53,8 @@ class TokenizerSettings:
       corpus: the corpus name, recorded to catch a vocabulary reused for another corpus.
       user_defined_symbols: strings that are always one piece each, wherever they occur (a task's
         own tokens, such as the brackets and labels of linearized trees); empty for translation.
+      lowercase: the model normalizes text with NFKC and case folding before it splits it, so
+        "Ein Mann" and "ein mann" get the same pieces and detokenized pieces are lowercase.
     """
 
     vocab_size: int = 37_000
@@ -60,14 +64,20 @@ class TokenizerSettings:
     character_coverage: float = 0.9995
     corpus: str = ""
     user_defined_symbols: tuple = ()
+    lowercase: bool = False
+
+    @property
+    def normalization_rule(self) -> str:
+        return "nmt_nfkc_cf" if self.lowercase else "identity"
 
     def to_dict(self):
-        """As written to sentencepiece.json (no user_defined_symbols key when there are none, as
-        before the field existed)."""
+        """As written to sentencepiece.json (no user_defined_symbols key when there are none and no
+        lowercase key when it is off, as before those fields existed)."""
         values = dataclasses.asdict(self)
         values["user_defined_symbols"] = list(self.user_defined_symbols)
-        if not values["user_defined_symbols"]:
-            del values["user_defined_symbols"]
+        for field, default in (("user_defined_symbols", []), ("lowercase", False)):
+            if values[field] == default:
+                del values[field]
         return values
 
 
@@ -97,7 +107,7 @@ def train_sentencepiece(sentences: Iterable[str], settings: TokenizerSettings) -
         vocab_size=settings.vocab_size, hard_vocab_limit=False,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
-        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        normalization_rule_name=settings.normalization_rule, remove_extra_whitespaces=False,
         byte_fallback=settings.byte_fallback, character_coverage=settings.character_coverage,
         user_defined_symbols=list(settings.user_defined_symbols), input_sentence_size=0,
         num_threads=os.cpu_count() or 1, minloglevel=2)

@@ -102,6 +102,9 @@ def validation_f1(sentences, answers, references) -> dict:
 
 
 def parsing_corpus(data):
+    if data.lowercase:
+        raise ValueError("data.lowercase is for translation: a parse keeps its sentence's words as "
+                         "they are, case included")
     return corpus_from_spec(data.dataset)
 
 

@@ -98,27 +98,30 @@ def split_compounds(text: str) -> str:
     return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", _TOKENIZE_13A(text))
 
 
-def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> float:
     """BLEU on 13a-tokenized, compound-split text, the way the paper's table counts."""
-    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True, lowercase=lowercase)
     return metric.corpus_score([split_compounds(h) for h in hypotheses],
                                [[split_compounds(r) for r in references]]).score
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
-    """sacreBLEU, chrF and tokenized BLEU of detokenized hypotheses against raw references."""
+def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Scores:
+    """sacreBLEU, chrF and tokenized BLEU of detokenized hypotheses against raw references; all three
+    case-insensitive with `lowercase` (the signatures then say case:lc), for a model trained with
+    DataConfig.lowercase."""
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    bleu, chrf = sacrebleu.metrics.BLEU(lowercase=lowercase), sacrebleu.metrics.CHRF(lowercase=lowercase)
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return Scores(bleu=bleu_score.score, bleu_signature=str(bleu.get_signature()), chrf=chrf_score.score,
                   chrf_signature=str(chrf.get_signature()),
-                  tokenized_bleu=tokenized_bleu(hypotheses, references), num_sentences=len(hypotheses))
+                  tokenized_bleu=tokenized_bleu(hypotheses, references, lowercase), num_sentences=len(hypotheses))
 
 
-def validation_scores(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+def validation_scores(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str],
+                      lowercase: bool = False) -> dict:
     """The scalars of an evaluation during training: BLEU and chrF."""
-    scores = score(hypotheses, references)
+    scores = score(hypotheses, references, lowercase)
     return {"bleu": scores.bleu, "chrf": scores.chrf}

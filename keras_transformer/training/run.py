@@ -23,7 +23,7 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.config import TrainConfig
-from keras_transformer.data import load_or_train_tokenizer, make_corpus_dataset
+from keras_transformer.data import DataConfig, load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
 from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
@@ -200,7 +200,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                               BeamSearchTranslator(model, tokenizer, configs.decode,
                                                    translator_class=task.translator(workdir)), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
-                              num_samples=run.sample_translations, write=chief, metric=task.validation_metric)
+                              num_samples=run.sample_translations, write=chief, metric=task.scoring(data)[0])
     selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
                                     run.early_stopping_patience, write=chief)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes, configs.train.cooldown_fraction)
@@ -267,11 +267,13 @@ def _run_description(configs: RunConfigs, tokenizer, strategy) -> dict:
     return description
 
 
-def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None, task: Task = TRANSLATION) -> Scores:
-    """Beam-search translation of the corpus's test split, scored; written to workdir if given."""
+def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None, task: Task = TRANSLATION,
+                      data: DataConfig = DataConfig()) -> Scores:
+    """Beam-search translation of the corpus's test split, scored (as task.scoring(data) scores);
+    written to workdir if given."""
     pairs = list(corpus.pairs("test"))
     hypotheses = translator.translate([s for s, _ in pairs])
-    scores = task.test_scores([s for s, _ in pairs], hypotheses, [reference for _, reference in pairs])
+    scores = task.scoring(data)[1]([s for s, _ in pairs], hypotheses, [reference for _, reference in pairs])
     if workdir is not None:
         workdir = pathlib.Path(workdir)
         (workdir / TEST_TRANSLATIONS).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
@@ -389,7 +391,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     translator = BeamSearchTranslator(averaged, tokenizer, configs.decode,  # evaluated, then exported
                                       translator_class=translator_class)
     if evaluate_test:
-        result.scores = evaluate_test_set(translator, corpus, workdir, task)
+        result.scores = evaluate_test_set(translator, corpus, workdir, task, configs.data)
     if export_dir is not None:
         result.export_path = export_saved_model(translator.translator, workdir, export_dir, result.step,
                                                 precision=export_precision, translator_class=translator_class)

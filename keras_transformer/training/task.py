@@ -22,6 +22,8 @@ class Task:
         each evaluation.
       test_scores: (sources, answers, references) -> a dataclass with report(name), written to
         test_scores.json and printed at the end of the job.
+      Both take `lowercase=True` too (case-insensitive scores) if the task's corpus function accepts
+      DataConfig.lowercase; one that does not must refuse it.
       prepare_workdir: (workdir, corpus) -> None, run once when the run's vocabulary is learned:
         writes what the translator needs besides the model and the vocabulary.
       translator_options: workdir -> keyword arguments of translator_class, read from what
@@ -40,13 +42,21 @@ class Task:
         """translator_class with the options of the run in workdir."""
         return functools.partial(self.translator_class, **self.translator_options(workdir))
 
+    def scoring(self, data: DataConfig):
+        """(validation_metric, test_scores) for a run with these data settings: case-insensitive
+        where the run case-folds its text (DataConfig.lowercase)."""
+        if not data.lowercase:
+            return self.validation_metric, self.test_scores
+        return (functools.partial(self.validation_metric, lowercase=True),
+                functools.partial(self.test_scores, lowercase=True))
+
 
 def translation_corpus(data: DataConfig):
     return get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
 
 
-def translation_scores(sources, hypotheses, references):
-    return score(hypotheses, references)
+def translation_scores(sources, hypotheses, references, lowercase=False):
+    return score(hypotheses, references, lowercase)
 
 
 TRANSLATION = Task(name="translation", corpus=translation_corpus, translator_class=Translator,

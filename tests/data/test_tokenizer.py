@@ -1,5 +1,6 @@
 """The shared SentencePiece vocabulary: fixed ids, lossless round trips, reuse beside the run."""
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -8,7 +9,8 @@ import tensorflow as tf
 
 from keras_transformer.data import tokenizer as tokenizer_module
 from keras_transformer.data.factory import get_corpus
-from keras_transformer.data.tokenizer import (BOS_ID, EOS_ID, MODEL_FILENAME, PAD_ID, UNK_ID,
+from keras_transformer.data import DataConfig
+from keras_transformer.data.tokenizer import (BOS_ID, EOS_ID, MODEL_FILENAME, PAD_ID, SETTINGS_FILENAME, UNK_ID,
                                               SubwordTokenizer, TokenizerSettings,
                                               load_or_train_tokenizer, sample_sentences)
 
@@ -54,6 +56,21 @@ def test_tsv_round_trip_including_unseen_characters(handwritten_tsv_corpus, tmp_
     unseen = ["Ωμέγα 漢字 ∮ dx", "tab\tinside  and  double spaces"]
     assert _round_trip(tokenizer, unseen) == unseen
     assert UNK_ID not in tokenizer.tokenize(tf.constant(unseen)).flat_values.numpy()
+
+
+def test_lowercase_folds_case_inside_the_model(handwritten_tsv_corpus, tmp_path):
+    """The case folding is the model's normalizer, so TF Text's in-graph op (training, export) folds."""
+    settings = DataConfig(vocab_size=400, lowercase=True).tokenizer_settings("handwritten")
+    tokenizer = load_or_train_tokenizer(tmp_path, handwritten_tsv_corpus.training_sentences(), settings)
+    cased = ["Ein Mann läuft über die Straße.", "ZWEI GROSSE HUNDE", "Ωμέγα"]
+    assert (tokenizer.tokenize(tf.constant(cased)).to_list()
+            == tokenizer.tokenize(tf.constant([text.lower() for text in cased])).to_list())
+    assert _round_trip(tokenizer, cased) == ["ein mann läuft über die straße.", "zwei grosse hunde", "ωμέγα"]
+    assert json.loads((tmp_path / SETTINGS_FILENAME).read_text())["lowercase"] is True
+    with pytest.raises(ValueError, match="was trained with"):
+        load_or_train_tokenizer(tmp_path, None, dataclasses.replace(settings, lowercase=False))
+    # Vocabularies of runs without the option keep their settings file as it was before it existed.
+    assert "lowercase" not in TokenizerSettings().to_dict()
 
 
 def test_control_ids_detokenize_to_nothing(numbers_tokenizer):

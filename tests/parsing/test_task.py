@@ -5,7 +5,8 @@ import pytest
 from keras_transformer.parsing.corpus import (TreebankCorpus, corpus_from_spec, gold_tree, parse_spec,
                                               parse_spec_options, treebank_spec)
 from keras_transformer.parsing.treebank import TreebankFormatError
-from keras_transformer.parsing.task import answer_tree, parse_scores, sequence_of_tree_text
+from keras_transformer.data import DataConfig
+from keras_transformer.parsing.task import answer_tree, parse_scores, parsing_corpus, sequence_of_tree_text
 
 TREES = ["(ROOT (S (NP-SBJ (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .)))",
          "( (S (NP-SBJ (-NONE- *)) (VP (VB Go) (ADVP (RB away))) (. !)))"]
@@ -194,3 +195,10 @@ def test_a_targets_pieces_between_its_tree_tokens_are_the_sources_pieces_in_orde
             copied_tree_tokens += int(np.sum(copied & is_tree_token))
             pairs += 1
     assert pairs == 60 and copied_tree_tokens > 0  # the toy sentences end with ".", also a tag
+
+
+def test_parsing_refuses_lowercased_text(treebank):
+    spec = treebank_spec(treebank / "train.mrg", [treebank / "dev.mrg"], treebank / "dev.mrg")
+    assert list(parsing_corpus(DataConfig(dataset=spec)).pairs("train"))
+    with pytest.raises(ValueError, match="data.lowercase is for translation"):
+        parsing_corpus(DataConfig(dataset=spec, lowercase=True))

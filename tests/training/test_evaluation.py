@@ -1,8 +1,13 @@
 """Scoring: sacreBLEU with its signature, chrF, and the paper's tokenized compound-split BLEU."""
+import json
+
 import pytest
 import sacrebleu
 
-from keras_transformer.training.evaluation import Scores, score, split_compounds, tokenized_bleu
+from keras_transformer.data import DataConfig
+from keras_transformer.training.evaluation import Scores, score, split_compounds, tokenized_bleu, validation_scores
+from keras_transformer.training.run import TEST_SCORES, evaluate_test_set
+from keras_transformer.training.task import TRANSLATION
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -33,3 +38,34 @@ def test_score_is_sacrebleu_on_detokenized_text():
 def test_score_refuses_mismatched_lengths():
     with pytest.raises(ValueError, match="2 hypotheses for 1 references"):
         score(["a", "b"], ["a"])
+
+
+def test_lowercase_scores_ignore_case_and_say_so():
+    hypotheses, references = ["ein hund läuft über die ost-west-straße."], ["Ein Hund läuft über die Ost-West-Straße."]
+    cased, folded = score(hypotheses, references), score(hypotheses, references, lowercase=True)
+    assert folded.bleu == pytest.approx(100.0) and folded.chrf == pytest.approx(100.0)
+    assert folded.tokenized_bleu == pytest.approx(100.0)
+    assert cased.bleu < 50.0 and cased.chrf < 90.0 and cased.tokenized_bleu < 50.0
+    assert folded.bleu_signature.startswith("nrefs:1|case:lc|") and "case:lc" in folded.chrf_signature
+    assert validation_scores([], hypotheses, references, lowercase=True) == {"bleu": folded.bleu, "chrf": folded.chrf}
+
+
+class _Corpus:
+    def pairs(self, split):
+        assert split == "test"
+        return iter([("A dog runs.", "Ein Hund rennt."), ("Two men.", "Zwei Männer.")])
+
+
+class _LowercaseTranslator:
+    def translate(self, sources):
+        return ["ein hund rennt.", "zwei männer."]
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_a_lowercased_run_is_scored_lowercased(tmp_path, lowercase):
+    metric, _ = TRANSLATION.scoring(DataConfig(lowercase=lowercase))
+    assert (metric([], ["ein hund rennt über die wiese."], ["Ein Hund rennt über die Wiese."])["bleu"] == pytest.approx(100.0)) == lowercase
+    scores = evaluate_test_set(_LowercaseTranslator(), _Corpus(), tmp_path, TRANSLATION, DataConfig(lowercase=lowercase))
+    assert (scores.bleu == pytest.approx(100.0)) == lowercase
+    written = json.loads((tmp_path / TEST_SCORES).read_text())
+    assert ("case:lc" in written["bleu_signature"]) == lowercase
