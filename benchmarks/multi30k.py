@@ -11,10 +11,12 @@ paper's beam 4, alpha 0.6) using each candidate: the average of the last train.c
 checkpoints, the average of the best ones by validation loss (workdir/checkpoints/best), and each
 of the last and of the best --candidates checkpoints. The one with the best val BLEU is chosen,
 on val only; then, with it, the beam size and length penalty (--beams x --alphas) with the best val
-BLEU; and that is scored on test_2016_flickr and test_2017_flickr. Prints one JSON line per test
-set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "checkpoint", "val_bleu",
-"candidates" (val BLEU of each), "decodings" (val BLEU of each beam and alpha), "beam", "alpha",
-"steps", ...}, and writes <workdir>/validation.png: validation
+BLEU (lowercased for a `data.lowercase` run); and that is scored on test_2016_flickr and
+test_2017_flickr, whose translations are written to <workdir>/<test set>.hypotheses.de. Prints one
+JSON line per test set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "bleu_lc",
+"chrf_lc" (lowercased) and their signatures, "checkpoint", "val_bleu", "candidates" (val BLEU of
+each), "decodings" (val BLEU of each beam and alpha), "beam", "alpha", "steps", ...}, and writes
+<workdir>/validation.png: validation
 BLEU (on the first run.eval_sentences val sentences) and validation loss at each evaluation against
 training minutes (recorded with each evaluation in checkpoints/selection.json), the best
 checkpoints by loss and the chosen candidate marked.
@@ -30,7 +32,6 @@ import os
 import pathlib
 import sys
 
-import sacrebleu
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: E402
@@ -202,15 +203,18 @@ def main():
         hypotheses, references = translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs]
         scores = score(hypotheses, references)
         log(scores.report(f"{test_set} ({name}, beam {decode.beam_size}, alpha {decode.alpha:g})"))
-        # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them.
-        lowercased = sacrebleu.metrics.BLEU(lowercase=True)
-        bleu_lc = lowercased.corpus_score(hypotheses, [references]).score
-        bleu_lc_signature = str(lowercased.get_signature())
-        log(f"{test_set} ({name}): lowercased sacreBLEU {bleu_lc:.2f} ({bleu_lc_signature})")
+        (workdir / f"{test_set}.hypotheses.de").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them
+        # (and chrF lowercased, the one that means something for a data.lowercase run's lowercase output).
+        lowercased = score(hypotheses, references, lowercase=True)
+        bleu_lc, bleu_lc_signature = lowercased.bleu, lowercased.bleu_signature
+        log(f"{test_set} ({name}): lowercased sacreBLEU {bleu_lc:.2f} ({bleu_lc_signature}); lowercased chrF "
+            f"{lowercased.chrf:.2f} ({lowercased.chrf_signature})")
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),
              signature=scores.bleu_signature, bleu_lc=round(bleu_lc, 2),
              bleu_lc_signature=bleu_lc_signature, chrf=round(scores.chrf, 2),
-             chrf_signature=scores.chrf_signature, checkpoint=name,
+             chrf_signature=scores.chrf_signature, chrf_lc=round(lowercased.chrf, 2),
+             chrf_lc_signature=lowercased.chrf_signature, checkpoint=name,
              val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings, steps=result.step,
              stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
              wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=decode.beam_size,
