@@ -32,7 +32,6 @@ import os
 import pathlib
 import sys
 
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: E402
 
