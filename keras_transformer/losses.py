@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import PAD_ID
+from keras_transformer.masking import padding_mask
 
 
 def token_cross_entropy(labels, logits, label_smoothing):
@@ -101,10 +102,14 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id
 
+    def real_tokens(self, y_true, dtype=tf.float32):
+        """(B, T) 1 at the real tokens of target ids y_true, 0 at padding."""
+        return tf.cast(padding_mask(tf.cast(y_true, tf.int32), self.pad_id), dtype)
+
     def sum_and_count(self, y_true, y_pred):
         """(sum of the smoothed loss over real tokens, number of real tokens, sum of the NLL)."""
         y_true = tf.cast(y_true, tf.int32)
-        real = tf.cast(tf.not_equal(y_true, self.pad_id), tf.float32)
+        real = self.real_tokens(y_true)
         loss, nll = token_cross_entropy(y_true, y_pred, self.label_smoothing)
         return tf.reduce_sum(loss * real), tf.reduce_sum(real), tf.reduce_sum(nll * real)
 
@@ -118,7 +123,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         y_true = tf.cast(y_true, tf.int32)
         loss, _ = token_cross_entropy(y_true, y_pred, self.label_smoothing)
-        return loss * tf.cast(tf.not_equal(y_true, self.pad_id), loss.dtype)
+        return loss * self.real_tokens(y_true, loss.dtype)
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}

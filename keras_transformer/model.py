@@ -313,7 +313,7 @@ class Transformer(keras.Model):
     def _global_token_count(self, y):
         """The real target tokens of the global batch (all replicas'; y may hold several
         micro-batches), at least 1: the loss's divisor."""
-        count = tf.reduce_sum(tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.loss.pad_id), tf.float32))
+        count = tf.reduce_sum(self.loss.real_tokens(y))
         replica_context = tf.distribute.get_replica_context()
         if replica_context is not None and replica_context.num_replicas_in_sync > 1:
             count = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, count)
@@ -351,8 +351,8 @@ class Transformer(keras.Model):
         rows = tf.shape(y)[0]
         both = self(tf.nest.map_structure(stacked, x), training=True)
         both_total, both_count, _ = self.loss.sum_and_count(stacked(y), both)
-        real = tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.loss.pad_id), tf.float32)
-        total = 0.5 * both_total + 0.5 * self.config.rdrop_alpha * symmetric_kl_sum(both[:rows], both[rows:], real)
+        kl_total = symmetric_kl_sum(both[:rows], both[rows:], self.loss.real_tokens(y))
+        total = 0.5 * both_total + 0.5 * self.config.rdrop_alpha * kl_total
         return both[:rows], total, 0.5 * both_count
 
     def _track_loss(self, total, count):
