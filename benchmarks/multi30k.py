@@ -161,22 +161,25 @@ def main():
     result = train_and_evaluate(workdir, configs, verbose=2, evaluate_test=False)  # test: once, below
     minutes = (time.monotonic() - started) / 60.0
     configs = RunConfigs.read(workdir)
-    lowercase = configs.data.lowercase  # a case-folding run (data.lowercase) is chosen on lowercased val BLEU
     tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
 
     validation = list(get_corpus("multi30k").pairs("validation"))[:args.max_sentences]
+
+    def val_bleu_of(translator):
+        """BLEU on val; lowercased for a case-folding run (data.lowercase)."""
+        return score(translator.translate([s for s, _ in validation], progress=True), [r for _, r in validation],
+                     configs.data.lowercase).bleu
+
     best, tried = None, {}
     for name, steps, model in candidate_models(configs, workdir, args.candidates):
         translator = BeamSearchTranslator(model, tokenizer, configs.decode)
-        scores = score(translator.translate([s for s, _ in validation], progress=True), [r for _, r in validation],
-                       lowercase)
-        log(f"val BLEU of {name}: {scores.bleu:.2f}")
-        tried[name] = round(scores.bleu, 2)
-        if best is None or scores.bleu > best[3].bleu:
-            best = (name, steps, translator, scores)
-    name, steps, translator, validation_scores = best
+        bleu = val_bleu_of(translator)
+        log(f"val BLEU of {name}: {bleu:.2f}")
+        tried[name] = round(bleu, 2)
+        if best is None or bleu > best[3]:
+            best = (name, steps, translator, bleu)
     # Then beam and length penalty, on val too, with the chosen checkpoint.
-    val_bleu = validation_scores.bleu
+    name, steps, translator, val_bleu = best
     decodings = {f"beam {configs.decode.beam_size}, alpha {configs.decode.alpha:g}": round(val_bleu, 2)}
     for beam, alpha in itertools.product(args.beams, args.alphas):
         key = f"beam {beam}, alpha {alpha:g}"
@@ -184,8 +187,7 @@ def main():
             continue
         other = BeamSearchTranslator(translator.model, tokenizer,
                                      dataclasses.replace(configs.decode, beam_size=beam, alpha=alpha))
-        bleu = score(other.translate([s for s, _ in validation], progress=True), [r for _, r in validation],
-                     lowercase).bleu
+        bleu = val_bleu_of(other)
         log(f"val BLEU of {name} at {key}: {bleu:.2f}")
         decodings[key] = round(bleu, 2)
         if bleu > val_bleu:
@@ -206,12 +208,11 @@ def main():
         # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them
         # (and chrF lowercased, the one that means something for a data.lowercase run's lowercase output).
         lowercased = score(hypotheses, references, lowercase=True)
-        bleu_lc, bleu_lc_signature = lowercased.bleu, lowercased.bleu_signature
-        log(f"{test_set} ({name}): lowercased sacreBLEU {bleu_lc:.2f} ({bleu_lc_signature}); lowercased chrF "
-            f"{lowercased.chrf:.2f} ({lowercased.chrf_signature})")
+        log(f"{test_set} ({name}): lowercased sacreBLEU {lowercased.bleu:.2f} ({lowercased.bleu_signature}); "
+            f"lowercased chrF {lowercased.chrf:.2f} ({lowercased.chrf_signature})")
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),
-             signature=scores.bleu_signature, bleu_lc=round(bleu_lc, 2),
-             bleu_lc_signature=bleu_lc_signature, chrf=round(scores.chrf, 2),
+             signature=scores.bleu_signature, bleu_lc=round(lowercased.bleu, 2),
+             bleu_lc_signature=lowercased.bleu_signature, chrf=round(scores.chrf, 2),
              chrf_signature=scores.chrf_signature, chrf_lc=round(lowercased.chrf, 2),
              chrf_lc_signature=lowercased.chrf_signature, checkpoint=name,
              val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings, steps=result.step,
