@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_transformer.config import PAD_ID
 from keras_transformer.losses import token_cross_entropy
+from keras_transformer.masking import padding_mask
 
 
 class _TokenMean(keras.metrics.Metric):
@@ -17,7 +18,7 @@ class _TokenMean(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true = tf.cast(y_true, tf.int32)
-        real = tf.cast(tf.not_equal(y_true, self.pad_id), tf.float32)
+        real = tf.cast(padding_mask(y_true, self.pad_id), tf.float32)
         if sample_weight is not None:
             real *= tf.cast(sample_weight, tf.float32)
         self.total.assign_add(tf.reduce_sum(self.token_values(y_true, y_pred) * real))
