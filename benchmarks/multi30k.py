@@ -148,8 +148,9 @@ def main():
 
     from keras_transformer.data import SubwordTokenizer, get_corpus, shared_data_root
     from keras_transformer.data.corpora import read_aligned_files
+    from keras_transformer.files import write_lines
     from keras_transformer.training.best_checkpoints import ValidationRecord
-    from keras_transformer.training.evaluation import BeamSearchTranslator, score
+    from keras_transformer.training.evaluation import BeamSearchTranslator, sacrebleu_scores, score
     from keras_transformer.training.run import train_and_evaluate
     from keras_transformer.training.run_config import RunConfigs, apply_overrides, preset_configs
 
@@ -167,8 +168,8 @@ def main():
 
     def val_bleu_of(translator):
         """BLEU on val; lowercased for a case-folding run (data.lowercase)."""
-        return score(translator.translate([s for s, _ in validation], progress=True), [r for _, r in validation],
-                     configs.data.lowercase).bleu
+        return sacrebleu_scores(translator.translate([s for s, _ in validation], progress=True),
+                                [r for _, r in validation], configs.data.lowercase)["bleu"]
 
     best, tried = None, {}
     for name, steps, model in candidate_models(configs, workdir, args.candidates):
@@ -204,17 +205,17 @@ def main():
         hypotheses, references = translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs]
         scores = score(hypotheses, references)
         log(scores.report(f"{test_set} ({name}, beam {decode.beam_size}, alpha {decode.alpha:g})"))
-        (workdir / f"{test_set}.hypotheses.de").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        write_lines(workdir / f"{test_set}.hypotheses.de", hypotheses)
         # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them
         # (and chrF lowercased, the one that means something for a data.lowercase run's lowercase output).
-        lowercased = score(hypotheses, references, lowercase=True)
-        log(f"{test_set} ({name}): lowercased sacreBLEU {lowercased.bleu:.2f} ({lowercased.bleu_signature}); "
-            f"lowercased chrF {lowercased.chrf:.2f} ({lowercased.chrf_signature})")
+        lowercased = sacrebleu_scores(hypotheses, references, lowercase=True)
+        log(f"{test_set} ({name}): lowercased sacreBLEU {lowercased['bleu']:.2f} ({lowercased['bleu_signature']}); "
+            f"lowercased chrF {lowercased['chrf']:.2f} ({lowercased['chrf_signature']})")
         emit(task="multi30k", test_set=test_set, preset=args.preset, bleu=round(scores.bleu, 2),
-             signature=scores.bleu_signature, bleu_lc=round(lowercased.bleu, 2),
-             bleu_lc_signature=lowercased.bleu_signature, chrf=round(scores.chrf, 2),
-             chrf_signature=scores.chrf_signature, chrf_lc=round(lowercased.chrf, 2),
-             chrf_lc_signature=lowercased.chrf_signature, checkpoint=name,
+             signature=scores.bleu_signature, bleu_lc=round(lowercased["bleu"], 2),
+             bleu_lc_signature=lowercased["bleu_signature"], chrf=round(scores.chrf, 2),
+             chrf_signature=scores.chrf_signature, chrf_lc=round(lowercased["chrf"], 2),
+             chrf_lc_signature=lowercased["chrf_signature"], checkpoint=name,
              val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings, steps=result.step,
              stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
              wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=decode.beam_size,

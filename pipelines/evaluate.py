@@ -41,6 +41,7 @@ def main(argv=None):
     show_job_log()
     from keras_transformer.data import DataConfig, SubwordTokenizer, get_corpus
     from keras_transformer.export import load_model_from_workdir
+    from keras_transformer.files import write_lines
     from keras_transformer.training.evaluation import BeamSearchTranslator, score
 
     try:
@@ -63,7 +64,7 @@ def main(argv=None):
     hypotheses = translator.translate([source for source, _ in pairs], progress=True)
     scores = score(hypotheses, [reference for _, reference in pairs], lowercase=bool(data and data.lowercase))
     if args.output is not None:
-        args.output.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
+        write_lines(args.output, hypotheses)
     print(scores.report(f"{corpus.name} {args.split} (beam {decode_config.beam_size}, alpha {decode_config.alpha}"
                         f"{', ' + args.precision if args.precision else ''})"))
     print(json.dumps(dataclasses.asdict(scores)))

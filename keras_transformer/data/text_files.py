@@ -28,6 +28,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.files import write_text_atomically
 from keras_transformer.tracing import plain
 
 PathLike = Union[str, pathlib.Path]
@@ -274,9 +275,7 @@ def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], Fil
     if record_path is not None:
         try:
             record_path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = record_path.with_name(record_path.name + f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps({"key": key, "counts": dataclasses.asdict(counts)}))
-            temporary.replace(record_path)
+            write_text_atomically(record_path, json.dumps({"key": key, "counts": dataclasses.asdict(counts)}))
         except OSError as error:  # a read-only home only costs the next run a check
             logger.warning("could not remember the check of %s: %s", paths, error)
     return counts

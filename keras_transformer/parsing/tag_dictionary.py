@@ -19,6 +19,7 @@ import pathlib
 import unicodedata
 from typing import Iterable, Mapping, Optional
 
+from keras_transformer.files import write_text_atomically
 from keras_transformer.parsing.trees import Tree
 
 FILENAME = "tag_dictionary.json"
@@ -86,11 +87,7 @@ def build_tag_dictionary(trees: Iterable[Tree], min_count: int = MIN_COUNT) -> T
 
 def write_tag_dictionary(directory, dictionary: TagDictionary) -> pathlib.Path:
     """Writes directory/tag_dictionary.json (whole or not at all)."""
-    path = pathlib.Path(directory) / FILENAME
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(dictionary.to_json(), encoding="utf-8")
-    partial.replace(path)
-    return path
+    return write_text_atomically(pathlib.Path(directory) / FILENAME, dictionary.to_json())
 
 
 def read_tag_dictionary(directory) -> Optional[TagDictionary]:

@@ -30,6 +30,7 @@ from typing import Optional
 
 import keras
 
+from keras_transformer.files import write_text_atomically
 from keras_transformer.training.checkpointing import CHECKPOINT_PREFIX, checkpoint_directory
 from keras_transformer.training.distribution import CLUSTER_WAIT_SECONDS, any_worker, wait_for_all_workers
 
@@ -219,10 +220,7 @@ class ValidationSelection(keras.callbacks.Callback):
         directory = best_directory(self.workdir)
         if new_checkpoint is not None:
             _link_checkpoint(new_checkpoint, directory)
-        path = selection_path(self.workdir)
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(self.record.to_json())
-        os.replace(temporary, path)
+        write_text_atomically(selection_path(self.workdir), self.record.to_json())
         if directory.is_dir():
             _remove_unlisted(directory, {entry["step"] for entry in self.record.best})
         if left:

@@ -105,23 +105,28 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], lowerca
                                [[split_compounds(r) for r in references]]).score
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Scores:
-    """sacreBLEU, chrF and tokenized BLEU of detokenized hypotheses against raw references; all three
-    case-insensitive with `lowercase` (the signatures then say case:lc), for a model trained with
-    DataConfig.lowercase."""
+def sacrebleu_scores(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict:
+    """sacreBLEU and chrF of detokenized hypotheses against raw references, with their signatures:
+    {"bleu", "bleu_signature", "chrf", "chrf_signature"}; case-insensitive with `lowercase` (the
+    signatures then say case:lc), for a model trained with DataConfig.lowercase."""
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     bleu, chrf = sacrebleu.metrics.BLEU(lowercase=lowercase), sacrebleu.metrics.CHRF(lowercase=lowercase)
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return Scores(bleu=bleu_score.score, bleu_signature=str(bleu.get_signature()), chrf=chrf_score.score,
-                  chrf_signature=str(chrf.get_signature()),
+    return {"bleu": bleu.corpus_score(hypotheses, [references]).score, "bleu_signature": str(bleu.get_signature()),
+            "chrf": chrf.corpus_score(hypotheses, [references]).score, "chrf_signature": str(chrf.get_signature())}
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Scores:
+    """sacreBLEU, chrF and tokenized BLEU of detokenized hypotheses against raw references; all three
+    case-insensitive with `lowercase`, see sacrebleu_scores."""
+    hypotheses, references = list(hypotheses), list(references)
+    return Scores(**sacrebleu_scores(hypotheses, references, lowercase),
                   tokenized_bleu=tokenized_bleu(hypotheses, references, lowercase), num_sentences=len(hypotheses))
 
 
 def validation_scores(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str],
                       lowercase: bool = False) -> dict:
     """The scalars of an evaluation during training: BLEU and chrF."""
-    scores = score(hypotheses, references, lowercase)
-    return {"bleu": scores.bleu, "chrf": scores.chrf}
+    scores = sacrebleu_scores(hypotheses, references, lowercase)
+    return {"bleu": scores["bleu"], "chrf": scores["chrf"]}

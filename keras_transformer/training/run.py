@@ -25,6 +25,7 @@ import tensorflow as tf
 from keras_transformer.config import TrainConfig
 from keras_transformer.data import DataConfig, load_or_train_tokenizer, make_corpus_dataset
 from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
+from keras_transformer.files import write_lines, write_text_atomically
 from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
 from keras_transformer.schedule import cooldown_plan, paper_optimizer, schedule_cooldown
@@ -276,8 +277,8 @@ def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None, ta
     scores = task.scoring(data)[1]([s for s, _ in pairs], hypotheses, [reference for _, reference in pairs])
     if workdir is not None:
         workdir = pathlib.Path(workdir)
-        (workdir / TEST_TRANSLATIONS).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-        (workdir / TEST_SCORES).write_text(json.dumps(dataclasses.asdict(scores), indent=2) + "\n")
+        write_lines(workdir / TEST_TRANSLATIONS, hypotheses)
+        write_text_atomically(workdir / TEST_SCORES, json.dumps(dataclasses.asdict(scores), indent=2) + "\n")
     return scores
 
 
@@ -308,9 +309,8 @@ def export_saved_model(translator: Translator, workdir, export_dir, step, precis
                                       max_source_length=translator.max_source_length,
                                       max_beam_size=translator.max_beam_size, precision=precision)
     path = export_translator(translator, export_dir)
-    temporary = record_path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"step": step, "path": str(path), "precision": precision}, indent=2) + "\n")
-    temporary.replace(record_path)
+    write_text_atomically(record_path, json.dumps({"step": step, "path": str(path), "precision": precision}, indent=2)
+                          + "\n")
     return path
 
 

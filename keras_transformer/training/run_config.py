@@ -20,6 +20,7 @@ from typing import Optional
 
 from keras_transformer.config import TRAIN_PRESETS, DecodeConfig, TrainConfig, TransformerConfig
 from keras_transformer.data import DataConfig
+from keras_transformer.files import write_text_atomically
 
 MIXED_PRECISION_MODES = ("off", "on", "mixed_float16", "mixed_bfloat16")
 
@@ -140,10 +141,7 @@ class RunConfigs:
         workdir = pathlib.Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         for name, filename in self.FILENAMES.items():
-            path = workdir / filename
-            temporary = path.with_suffix(".json.tmp")
-            temporary.write_text(getattr(self, name).to_json() + "\n")
-            temporary.replace(path)
+            write_text_atomically(workdir / filename, getattr(self, name).to_json() + "\n")
 
     def check_resumable(self, workdir):
         """Raises ValueError if workdir holds a run whose model or data differ from these configs.

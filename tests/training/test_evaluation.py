@@ -5,7 +5,8 @@ import pytest
 import sacrebleu
 
 from keras_transformer.data import DataConfig
-from keras_transformer.training.evaluation import Scores, score, split_compounds, tokenized_bleu, validation_scores
+from keras_transformer.training.evaluation import (Scores, sacrebleu_scores, score, split_compounds, tokenized_bleu,
+                                                   validation_scores)
 from keras_transformer.training.run import TEST_SCORES, evaluate_test_set
 from keras_transformer.training.task import TRANSLATION
 
@@ -48,6 +49,8 @@ def test_lowercase_scores_ignore_case_and_say_so():
     assert cased.bleu < 50.0 and cased.chrf < 90.0 and cased.tokenized_bleu < 50.0
     assert folded.bleu_signature.startswith("nrefs:1|case:lc|") and "case:lc" in folded.chrf_signature
     assert validation_scores([], hypotheses, references, lowercase=True) == {"bleu": folded.bleu, "chrf": folded.chrf}
+    assert sacrebleu_scores(hypotheses, references) == {"bleu": cased.bleu, "bleu_signature": cased.bleu_signature,
+                                                        "chrf": cased.chrf, "chrf_signature": cased.chrf_signature}
 
 
 class _Corpus:
