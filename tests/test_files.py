@@ -27,7 +27,8 @@ def test_lines_are_one_per_item_and_a_line_break_inside_one_is_refused_by_its_li
     assert path.read_bytes() == "Ein Hund.\n\nZwei Katzen .\n".encode("utf-8")
     write_lines(path, [])
     assert path.read_bytes() == b""
+    write_lines(path, ["alt"])
     for bad in ("zwei\nZeilen", "Wagen\rRücklauf"):
         with pytest.raises(ValueError, match=r"hypotheses.de: line 2 would hold a line break: "):
             write_lines(path, ["eins", bad, "drei"])
-        assert path.read_bytes() == b""  # the previous file, untouched
+        assert path.read_bytes() == b"alt\n"  # the previous file, untouched

@@ -35,10 +35,19 @@ def test_without_smoothing_it_is_the_mean_nll_of_real_tokens():
     assert float(loss) == pytest.approx(np.mean(nll), rel=1e-6)
 
 
-def test_sum_and_count_count_real_tokens_only():
-    total, count, nll = LabelSmoothedCrossEntropy(0.0).sum_and_count(LABELS, LOGITS)
+def test_sum_and_count_sum_the_smoothed_loss_and_the_nll_of_real_tokens_only():
+    eps, vocab = 0.1, 4
+    smoothed, nll = 0.0, 0.0
+    for position in range(2):
+        log_p = _log_softmax(LOGITS[0, position])
+        target = np.full(vocab, eps / vocab)
+        target[LABELS[0, position]] += 1 - eps
+        smoothed -= (target * log_p).sum()
+        nll -= log_p[LABELS[0, position]]
+    total, count, nll_total = LabelSmoothedCrossEntropy(eps).sum_and_count(LABELS, LOGITS)
     assert float(count) == 2
-    assert float(total) == pytest.approx(float(nll))
+    assert float(total) == pytest.approx(smoothed, rel=1e-6)
+    assert float(nll_total) == pytest.approx(nll, rel=1e-6) and nll < smoothed
 
 
 def test_metrics_ignore_padding():

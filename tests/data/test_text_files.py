@@ -1,4 +1,6 @@
 """Streamed local files: checks past the first batch of lines, Python's whitespace, flat graphs."""
+import os
+
 import pytest
 import tensorflow as tf
 
@@ -89,6 +91,9 @@ def test_a_check_is_remembered_while_the_files_are_unchanged(tmp_path, monkeypat
     with pytest.raises(AssertionError, match="read again"):  # other columns: another check
         LocalParallelCorpus(files, tsv_columns=(0, 1)).num_pairs("test")
     monkeypatch.undo()
+    before = target.stat()
     write_text(target, b"eins\nzwei\ndr\xe9i\n")  # changed: checked again, and found bad
+    # The same size: only the modification time tells, so make sure it moved on any file system.
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     with pytest.raises(CorpusFormatError, match=rf"{target}:3: invalid UTF-8"):
         LocalParallelCorpus(files).num_pairs("train")

@@ -7,8 +7,9 @@ import pytest
 import sentencepiece
 import tensorflow as tf
 
+from keras_transformer import config
 from keras_transformer.data import tokenizer as tokenizer_module
-from keras_transformer.data.factory import get_corpus
+from keras_transformer.data.factory import get_corpus, require_shared_data
 from keras_transformer.data import DataConfig
 from keras_transformer.data.tokenizer import (BOS_ID, EOS_ID, MODEL_FILENAME, PAD_ID, SETTINGS_FILENAME, UNK_ID,
                                               SubwordTokenizer, TokenizerSettings,
@@ -28,10 +29,8 @@ def test_fixed_special_ids(numbers_tokenizer):
 
 
 def test_ids_agree_with_the_model_config():
-    config = pytest.importorskip("keras_transformer.config")
     for name in ("PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID"):
-        if hasattr(config, name):
-            assert getattr(config, name) == getattr(tokenizer_module, name), name
+        assert getattr(config, name) == getattr(tokenizer_module, name), name
 
 
 def test_numbers_round_trip(numbers_corpus, numbers_tokenizer):
@@ -43,6 +42,7 @@ def test_multi30k_and_other_shared_test_sets_round_trip(shared_data, multi30k, m
     sentences = [side for pair in multi30k.pairs("test") for side in pair]
     assert _round_trip(multi30k_tokenizer, sentences) == sentences
     # Other corpora's test sentences too: characters Multi30k never saw fall back to bytes.
+    require_shared_data("newstest/newstest2014.en", "newstest/newstest2014.de")
     newstest = [side for pair in get_corpus("newstest", data_root=shared_data).pairs("test")
                 for side in pair]
     assert _round_trip(multi30k_tokenizer, newstest) == newstest

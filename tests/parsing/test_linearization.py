@@ -35,7 +35,7 @@ def test_rebuild_refuses_malformed_sequences():
 
 @pytest.mark.parametrize("sequence, expected, fixed", [
     ("(S (NP PRP ) (VP VBD (NP DT NN ) ) . )", TREE, []),
-    # unbalanced: two brackets never closed, then one too many
+    # unbalanced: 4 brackets opened and 1 closed, so 3 never closed; then 2 closed with none open
     ("(S (NP PRP ) (VP VBD (NP DT NN . ", "(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog) (. .))))",
      ["unclosed 3"]),
     ("(S (NP PRP ) ) ) (VP VBD (NP DT NN ) ) . )",

@@ -30,8 +30,13 @@ def test_score_is_sacrebleu_on_detokenized_text():
     assert scores.chrf == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
     assert scores.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert scores.num_sentences == 2
-    # Split compounds add matching n-grams around the hyphen, so the paper's way counts higher here.
-    assert scores.tokenized_bleu == pytest.approx(tokenized_bleu(hypotheses, references))
+    # The paper's way: 13a tokens, compounds split at their hyphens, then BLEU on those tokens as
+    # they are. Split compounds add matching n-grams around the hyphen, so it counts higher here.
+    split_hypotheses = ["Der Hund läuft über die Wiese .", "Eine Ost ##AT##-##AT## West ##AT##-##AT## Verbindung ."]
+    split_references = ["Der Hund rennt über die Wiese .", "Eine Ost ##AT##-##AT## West ##AT##-##AT## Verbindung ."]
+    expected = sacrebleu.corpus_bleu(split_hypotheses, [split_references], tokenize="none").score
+    assert scores.tokenized_bleu == pytest.approx(expected)
+    assert tokenized_bleu(hypotheses, references) == pytest.approx(expected)
     assert scores.tokenized_bleu > scores.bleu
     assert "not comparable to sacreBLEU" in scores.report()
 
@@ -48,9 +53,15 @@ def test_lowercase_scores_ignore_case_and_say_so():
     assert folded.tokenized_bleu == pytest.approx(100.0)
     assert cased.bleu < 50.0 and cased.chrf < 90.0 and cased.tokenized_bleu < 50.0
     assert folded.bleu_signature.startswith("nrefs:1|case:lc|") and "case:lc" in folded.chrf_signature
-    assert validation_scores([], hypotheses, references, lowercase=True) == {"bleu": folded.bleu, "chrf": folded.chrf}
-    assert sacrebleu_scores(hypotheses, references) == {"bleu": cased.bleu, "bleu_signature": cased.bleu_signature,
-                                                        "chrf": cased.chrf, "chrf_signature": cased.chrf_signature}
+    assert validation_scores([], hypotheses, references, lowercase=True) == {"bleu": pytest.approx(100.0),
+                                                                             "chrf": pytest.approx(100.0)}
+    cased_bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert cased_bleu < 50.0 and cased.bleu == pytest.approx(cased_bleu)
+    assert sacrebleu_scores(hypotheses, references) == {
+        "bleu": pytest.approx(cased_bleu), "bleu_signature": cased.bleu_signature,
+        "chrf": pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score),
+        "chrf_signature": cased.chrf_signature}
+    assert cased.bleu_signature.startswith("nrefs:1|case:mixed|")
 
 
 class _Corpus:
