@@ -365,8 +365,29 @@ class Transformer(keras.Model):
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
         gradients, logits, total, count = self._loss_and_gradients(x, y, self._global_token_count(y))
         self._track_loss(total, count)
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
+        self._apply_gradients(gradients, self.trainable_weights)
         return self.compute_metrics(x, y, logits)
+
+    def _apply_gradients(self, gradients, variables):
+        """The optimizer's update with this replica's gradients; under a loss scale (mixed_float16)
+        with several replicas, a step whose gradients overflow on any replica is skipped on all.
+
+        Keras' LossScaleOptimizer decides whether to skip a step from the first replica's gradients
+        alone (under MirroredStrategy; each replica from its own where the strategy needs no merge
+        call), expecting them summed across replicas already; Keras 3 sums them later, inside the
+        optimizer it wraps. An overflow on another replica alone would then reach the weights as
+        inf / NaN, and the workers of several machines could disagree on whether to enter the
+        gradients' all-reduce. So the replicas agree first (an all-reduce of one scalar, how many
+        overflowed), and where any one did, every replica's gradients are made NaN: all skip."""
+        replica_context = tf.distribute.get_replica_context()
+        if (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) and replica_context is not None
+                and replica_context.num_replicas_in_sync > 1):
+            values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients if g is not None]
+            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in values]))
+            overflowed = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
+            factor = tf.where(overflowed > 0.0, float("nan"), 1.0)
+            gradients = [_times(g, factor) for g in gradients]
+        self.optimizer.apply_gradients(zip(gradients, variables))
 
     def test_step(self, data):
         if not hasattr(self.loss, "sum_and_count"):
@@ -384,3 +405,13 @@ class Transformer(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+def _times(gradient, factor):
+    """gradient (a tensor, IndexedSlices or None) times a float32 scalar."""
+    if gradient is None:
+        return None
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values * tf.cast(factor, gradient.values.dtype), gradient.indices,
+                                gradient.dense_shape)
+    return gradient * tf.cast(factor, gradient.dtype)

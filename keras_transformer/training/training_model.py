@@ -95,7 +95,7 @@ class TrainingTransformer(Transformer):
         initial = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
         _, gradient_sums = tf.while_loop(lambda index, _: index < self.accumulate_steps, body,
                                          (tf.constant(0), initial))
-        self.optimizer.apply_gradients(zip(gradient_sums, variables))
+        self._apply_gradients(gradient_sums, variables)
         return self.get_metrics_result()
 
 

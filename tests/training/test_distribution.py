@@ -23,8 +23,10 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.precision import set_dtype_policy
 from keras_transformer.training.data_stream import DataPosition, pack_micro_batches
+from keras_transformer.training.distribution import loss_scale
 from keras_transformer.training.training_model import TrainingTransformer
 
 VOCAB = 30
@@ -167,6 +169,56 @@ def test_accumulated_micro_batches_equal_one_step_on_their_union(policy):
     _assert_same_step(accumulated, expected, initial, policy)
     assert accumulated[2] == (4, 0, 1)
 
+
+
+class _OverflowOnReplica1(LabelSmoothedCrossEntropy):
+    """The paper's loss, whose gradient with respect to the logits is inf on replica 1 alone: a
+    float16 overflow on one replica of several (the loss itself stays finite)."""
+
+    def sum_and_count(self, y_true, y_pred):
+        context = tf.distribute.get_replica_context()
+        replica = -1 if context is None else context.replica_id_in_sync_group
+        poisoned = tf.equal(tf.cast(replica, tf.int32), 1)
+
+        @tf.custom_gradient
+        def identity(logits):
+            def gradient(upstream):
+                return tf.where(poisoned, tf.constant(np.inf, upstream.dtype), upstream)
+            return tf.identity(logits), gradient
+
+        return super().sum_and_count(y_true, identity(y_pred))
+
+
+@pytest.mark.parametrize("accumulate_steps", [1, 2])
+def test_a_float16_overflow_on_one_replica_skips_the_step_on_every_replica(accumulate_steps):
+    """mixed_float16 over 2 replicas, the gradients overflowing on replica 1 only: the step is
+    skipped (weights and step count unchanged, the loss scale halved), as on one device. Keras'
+    LossScaleOptimizer looks at replica 0's gradients alone; before the replicas agreed on an
+    overflow, this step put NaN into every weight (tried: it did)."""
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    assert len(devices) == 2, "tests/conftest.py declares 8 logical CPUs"
+    batches = _batches(np.random.default_rng(3), 2 * accumulate_steps)
+    elements = [_element(b, [0, 0, index]) for index, b in enumerate(batches)]
+    budget = max(max(b[0][0].size, b[1].size) for b in batches)
+    initial = _initial_weights()
+    # Not collective ops: their group of 2 devices would clash with this process's groups of 8.
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    if accumulate_steps == 1:
+        dataset = strategy.distribute_datasets_from_function(lambda context: _ragged_elements(elements))
+    else:
+        dataset = strategy.distribute_datasets_from_function(
+            lambda context: pack_micro_batches(_ragged_elements(elements), accumulate_steps, budget))
+    set_dtype_policy("mixed_float16")
+    with strategy.scope():
+        model = TrainingTransformer(CONFIG, accumulate_steps=accumulate_steps, data_position=DataPosition())
+        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=_OverflowOnReplica1())
+        model.prepare_for_training()
+        model.set_weights(initial)
+    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+    assert int(model.optimizer.iterations.numpy()) == 0
+    assert loss_scale(model.optimizer) == 2.0 ** 14
+    for got, expected in zip(model.get_weights(), initial, strict=True):
+        np.testing.assert_array_equal(got, expected)
 
 def _xla_compiled_functions(model):
     """Names of the functions that the model's traced training step calls with XLA's must-compile mark
