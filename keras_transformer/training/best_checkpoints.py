@@ -95,7 +95,7 @@ class ValidationRecord:
     def evaluation_missing(self, step: int, eval_every_steps: int, train_steps: int) -> bool:
         """Whether `step` is one the run evaluates at but no evaluation of it is recorded: the run was
         stopped between saving that step and recording its evaluation."""
-        return step > 0 and (step % eval_every_steps == 0 or step == train_steps) and step not in self.steps()
+        return evaluation_due(step, eval_every_steps, train_steps) and step not in self.steps()
 
     def training_left(self, step: int, train_steps: int, eval_every_steps: int, patience: int) -> bool:
         """Whether a run restored at `step` has steps to train, or `step`'s evaluation to make up for."""
@@ -156,8 +156,13 @@ def _remove_unlisted(directory: pathlib.Path, steps: set):
             path.unlink(missing_ok=True)
 
 
+def evaluation_due(step: int, eval_every_steps: int, train_steps: int) -> bool:
+    """Whether a run evaluates at `step` (an optimizer step): every eval_every_steps, and at its end."""
+    return step > 0 and (step % eval_every_steps == 0 or step == train_steps)
+
+
 class ValidationSelection(keras.callbacks.Callback):
-    """After each evaluation of `monitor` (at the end of each Keras epoch): saves a checkpoint at
+    """After each evaluation of `monitor` (after the batch or Keras epoch it ends): saves a checkpoint at
     that step if none is saved (so every evaluated step has one), records the evaluation, keeps the
     `keep` best checkpoints, and stops training once the loss has not improved for `patience`
     evaluations (0: never). Put it after `monitor` in fit's callbacks.
@@ -195,9 +200,18 @@ class ValidationSelection(keras.callbacks.Callback):
         self._started = time.monotonic()
         self._evaluations = 0
 
+    def on_train_batch_end(self, batch, logs=None):
+        self._record_new_evaluation()
+
     def on_epoch_end(self, epoch, logs=None):
+        self._record_new_evaluation()
+
+    def _record_new_evaluation(self):
+        """Records the monitor's evaluation at this step, if it made one (none after a NaN loss or
+        SIGTERM) and it is not recorded yet (the monitor evaluates once per step; a float16 step
+        whose gradients overflowed leaves the step where it was)."""
         step = self.run_checkpoint.step
-        if self.monitor.history and self.monitor.history[-1][0] == step:  # none after a NaN loss or SIGTERM
+        if self.monitor.history and self.monitor.history[-1][0] == step and step not in self.record.steps():
             self.after_evaluation(step, self.monitor.history[-1][1])
 
     def after_evaluation(self, step: int, values: dict):

@@ -30,7 +30,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
 from keras_transformer.schedule import cooldown_plan, paper_optimizer, schedule_cooldown
 from keras_transformer.training.averaging import average_run
-from keras_transformer.training.best_checkpoints import ValidationRecord, ValidationSelection
+from keras_transformer.training.best_checkpoints import ValidationRecord, ValidationSelection, evaluation_due
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
@@ -201,7 +201,9 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                               BeamSearchTranslator(model, tokenizer, configs.decode,
                                                    translator_class=task.translator(workdir)), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
-                              num_samples=run.sample_translations, write=chief, metric=task.scoring(data)[0])
+                              num_samples=run.sample_translations, write=chief, metric=task.scoring(data)[0],
+                              evaluate_at=lambda step: evaluation_due(step, run.eval_every_steps,
+                                                                      configs.train.train_steps))
     selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
                                     run.early_stopping_patience, write=chief)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes, configs.train.cooldown_fraction)

@@ -86,8 +86,13 @@ def translations_markdown(sources, references, hypotheses) -> str:
 
 
 class TrainingMonitor(keras.callbacks.Callback):
-    """Writes the summaries of the module docstring; evaluates at the end of each Keras epoch (the run
-    makes one epoch of `eval_every_steps` steps).
+    """Writes the summaries of the module docstring; evaluates at the optimizer steps `evaluate_at`
+    names, or at the end of each Keras epoch without it.
+
+    A run evaluates by optimizer step (run.py: every eval_every_steps and at train_steps), not by
+    Keras epoch: under mixed_float16 a step whose gradients overflow is skipped, and its batch still
+    counts in Keras' epoch, so epochs would end ever further before the steps they were planned to
+    end at (evaluations, and the checkpoints saved with them, off the run's grid).
 
     Args:
       log_dir: workdir/tensorboard.
@@ -99,10 +104,13 @@ class TrainingMonitor(keras.callbacks.Callback):
       sentencepiece: a SentencePieceProcessor to name the tokens of the attention map.
       write: False on non-chief workers (they evaluate, which needs every worker, but write nothing).
       metric: (sources, hypotheses, references) -> {name: value}; default BLEU and chrF.
+      evaluate_at: step -> whether to evaluate once the training reaches that optimizer step (at
+        the end of the Keras epoch that ends there, else after the batch that reaches it), or None:
+        at the end of each Keras epoch.
     """
 
     def __init__(self, log_dir, log_every_steps, validation, translator, validation_pairs, sentencepiece,
-                 num_samples=4, write=True, metric=validation_scores):
+                 num_samples=4, write=True, metric=validation_scores, evaluate_at=None):
         super().__init__()
         self.log_dir = pathlib.Path(log_dir)
         self.log_every_steps = log_every_steps
@@ -113,8 +121,10 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.num_samples = num_samples
         self.write = write
         self.metric = metric
+        self.evaluate_at = evaluate_at
         self.history = []  # (step, {name: value}) of each evaluation
         self._reset_pending = False
+        self._logged_step = None
         if write:
             self.train_writer = tf.summary.create_file_writer(str(self.log_dir / "train"))
             self.validation_writer = tf.summary.create_file_writer(str(self.log_dir / "validation"))
@@ -128,9 +138,24 @@ class TrainingMonitor(keras.callbacks.Callback):
             self._reset_pending = False
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
-        if step % self.log_every_steps or self.model.stop_training:
+        if self.model.stop_training:  # NaN or SIGTERM: leave quickly, the checkpoint is what matters
             return
+        step = self._step()
+        if step % self.log_every_steps == 0 and step != self._logged_step:  # a skipped step stays
+            self._log_training(step, logs)
+        last_of_epoch = batch + 1 == (self.params or {}).get("steps")
+        if self.evaluate_at is not None and not last_of_epoch and self._due(step):
+            # Only where a skipped step moved the epoch's end: evaluated here, not at that end.
+            self.evaluate()
+            self._reset_pending = True  # evaluate() reset the metrics: the training means start again
+
+    def _due(self, step):
+        """Whether an evaluation at `step` is due and not made yet."""
+        return (self.evaluate_at is None or self.evaluate_at(step)) and not (self.history and
+                                                                              self.history[-1][0] == step)
+
+    def _log_training(self, step, logs):
+        self._logged_step = step
         values = {name: float(np.asarray(logs[name])) for name in TRAIN_SCALARS if logs and name in logs}
         values["learning_rate"] = self._learning_rate_of_last_step()
         scale = loss_scale(self.model.optimizer)
@@ -152,9 +177,10 @@ class TrainingMonitor(keras.callbacks.Callback):
         return float(np.asarray(optimizer.learning_rate))
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.model.stop_training:  # NaN or SIGTERM: leave quickly, the checkpoint is what matters
+        if self.model.stop_training:
             return
-        self.evaluate()
+        if self._due(self._step()):  # after Keras has the epoch's training means
+            self.evaluate()
 
     def evaluate(self):
         """Validation loss, BLEU, samples and attention at the current step; returns the scalars."""

@@ -313,3 +313,33 @@ def test_a_run_stopped_by_its_time_budget_is_evaluated_where_it_stopped(numbers_
     (stopped,) = [e["step"] for e in record.evaluations]
     assert 0 < stopped < 50 and [entry["step"] for entry in record.best] == [stopped]
     assert (best_directory(workdir) / f"ckpt-{stopped}.index").is_file()
+
+
+@pytest.mark.slow
+def test_float16_steps_skipped_for_overflowing_gradients_keep_the_evaluations_on_their_steps(
+        numbers_spec, tmp_path, monkeypatch):
+    """mixed_float16 skips a step whose gradients overflow, and Keras still counts its batch in the
+    epoch. The gradients of batches 3 and 9 are made inf: the run evaluates (and saves with its
+    evaluations) at steps 5, 10, 15 and 20 as planned, once each, not where Keras' epochs end
+    (tried before the evaluations went by step: 4, 8, 13, 18 and 20)."""
+    batches, poisoned = tf.Variable(0), tf.constant([3, 9])
+    real = TrainingTransformer._loss_and_gradients
+
+    def overflowing(model, x, y, global_count):
+        gradients, logits, total, count = real(model, x, y, global_count)
+        overflow = tf.reduce_any(tf.equal(batches.assign_add(1), poisoned))
+        factor = tf.where(overflow, np.inf, 1.0)
+        return [g * tf.cast(factor, g.dtype) for g in map(tf.convert_to_tensor, gradients)], logits, total, count
+
+    monkeypatch.setattr(TrainingTransformer, "_loss_and_gradients", overflowing)
+    configs = apply_overrides(preset_configs("tiny", numbers_spec), [
+        "train_steps=20", "eval_every_steps=5", "checkpoint_every_steps=5", "keep_checkpoints=10",
+        "mixed_precision=mixed_float16", "eval_sentences=2", "sample_translations=0", "log_every_steps=5",
+        "train.tokens_per_batch=1024"])
+    workdir = tmp_path / "run"
+    result = train_and_evaluate(workdir, configs, verbose=0, evaluate_test=False)
+    assert result.step == 20 and int(batches.numpy()) >= 22  # at least the 2 skipped steps' batches more
+    assert [step for step, _ in result.evaluations] == [5, 10, 15, 20]
+    assert [e["step"] for e in ValidationRecord.read(workdir).evaluations] == [5, 10, 15, 20]
+    state = tf.train.get_checkpoint_state(str(checkpoint_directory(workdir)))
+    assert [checkpoint_step(path) for path in state.all_model_checkpoint_paths] == [5, 10, 15, 20]
