@@ -19,6 +19,7 @@ import time
 from typing import Optional
 
 import keras
+import numpy as np
 import sentencepiece
 import tensorflow as tf
 
@@ -296,24 +297,36 @@ def export_saved_model(translator: Translator, workdir, export_dir, step, precis
     """The SavedModel of `translator` (the averaged weights) as the next version in export_dir, in
     `precision` (float32, bfloat16 or float16, see keras_transformer.precision).
 
-    workdir/exported.json records which step was exported where, in which precision: running a
-    finished job again reuses that version instead of exporting the same weights as a new one.
+    workdir/exported.json records what was exported where: the step, the precision, export_dir
+    and a fingerprint of the weights (sha256 of their values). Running a finished job again reuses
+    that version instead of exporting the same weights as a new one; other weights (another
+    average of the same run: train.average, train.checkpoints_to_average), another precision or
+    another export_dir make a new version.
     """
     record_path = pathlib.Path(workdir) / EXPORT_RECORD
+    export_dir = pathlib.Path(export_dir).resolve()
+    record = {"step": step, "precision": precision, "export_dir": str(export_dir),
+              "weights": weights_fingerprint(translator.model)}
     if record_path.exists():
-        record = json.loads(record_path.read_text())
-        if (record.get("step") == step and record.get("precision", "float32") == precision
-                and pathlib.Path(record.get("path", "")).is_dir()):
-            logger.info("step %d is exported already: %s", step, record["path"])
-            return pathlib.Path(record["path"])
+        saved = json.loads(record_path.read_text())
+        if {key: saved.get(key) for key in record} == record and pathlib.Path(saved.get("path", "")).is_dir():
+            logger.info("step %d is exported already: %s", step, saved["path"])
+            return pathlib.Path(saved["path"])
     if precision != translator.model.dtype_policy.name:
         translator = translator_class(translator.model, translator.sentencepiece_proto, translator.decode_config,
                                       max_source_length=translator.max_source_length,
                                       max_beam_size=translator.max_beam_size, precision=precision)
     path = export_translator(translator, export_dir)
-    write_text_atomically(record_path, json.dumps({"step": step, "path": str(path), "precision": precision}, indent=2)
-                          + "\n")
+    write_text_atomically(record_path, json.dumps({**record, "path": str(path)}, indent=2) + "\n")
     return path
+
+
+def weights_fingerprint(model) -> str:
+    """sha256 of the values of a model's weights, in order (about a second per GB)."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    return digest.hexdigest()
 
 
 def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.distribute.Strategy] = None,

@@ -16,11 +16,13 @@ from pipelines import train_wmt
 
 @pytest.fixture
 def fake_export(monkeypatch):
-    """run.export_translator writing an empty numbered version; returns the translators it got."""
+    """run.export_translator writing an empty version numbered after the last in export_dir, as the
+    real one numbers them; returns the translators it got."""
     exported = []
 
     def export_translator(translator, export_dir):
-        path = export_dir / str(len(exported) + 1)
+        versions = [int(p.name) for p in export_dir.glob("*") if p.name.isdigit()]
+        path = export_dir / str(max(versions, default=0) + 1)
         path.mkdir(parents=True)
         exported.append(translator)
         return path
@@ -46,17 +48,35 @@ def test_the_run_exports_in_the_precision_asked_and_again_when_it_changes(tmp_pa
     # Another precision: a new version, from the translator as it is when it is float32 already.
     second = run.export_saved_model(translator, tmp_path, export_dir, step=10, precision="float32")
     assert second != first and fake_export[1] is translator
-    assert json.loads((tmp_path / run.EXPORT_RECORD).read_text()) == {"step": 10, "path": str(second),
-                                                                       "precision": "float32"}
+    record = json.loads((tmp_path / run.EXPORT_RECORD).read_text())
+    assert record == {"step": 10, "path": str(second), "precision": "float32", "export_dir": str(export_dir),
+                      "weights": run.weights_fingerprint(translator.model)}
+    assert re.fullmatch(r"[0-9a-f]{64}", record["weights"])
 
 
-def test_a_record_without_precision_is_a_float32_export(tmp_path, fake_export):
-    """exported.json written before precisions existed."""
+def test_other_weights_or_another_export_dir_export_again(tmp_path, fake_export):
+    """A finished run run again with another average (other weights, the same step) or another
+    --export-dir exports a new version; the same weights to the same folder reuse theirs."""
+    model = Transformer.from_preset("tiny", vocab_size=64)
+    translator = Translator(model, b"unused")
+    first = run.export_saved_model(translator, tmp_path, tmp_path / "exported", 10)
+    assert run.export_saved_model(translator, tmp_path, tmp_path / "exported", 10) == first
+    elsewhere = run.export_saved_model(translator, tmp_path, tmp_path / "elsewhere", 10)
+    assert elsewhere == tmp_path / "elsewhere" / "1" and len(fake_export) == 2
+    weight = model.weights[0]
+    weight.assign(weight + 1.0)
+    again = run.export_saved_model(translator, tmp_path, tmp_path / "elsewhere", 10)
+    assert again == tmp_path / "elsewhere" / "2" and len(fake_export) == 3
+
+
+def test_a_record_that_cannot_tell_the_weights_exports_again(tmp_path, fake_export):
+    """exported.json written before it named the weights and the folder (nor, earlier, the precision):
+    whether they are the weights of this run's average cannot be told, so a new version is made."""
     (tmp_path / "exported" / "1").mkdir(parents=True)
     (tmp_path / run.EXPORT_RECORD).write_text(json.dumps({"step": 10, "path": str(tmp_path / "exported" / "1")}))
     translator = Translator(Transformer.from_preset("tiny", vocab_size=64), b"unused")
-    assert run.export_saved_model(translator, tmp_path, tmp_path / "exported", 10) == tmp_path / "exported" / "1"
-    assert fake_export == []
+    assert run.export_saved_model(translator, tmp_path, tmp_path / "exported", 10) == tmp_path / "exported" / "2"
+    assert len(fake_export) == 1
 
 
 def test_train_wmt_passes_the_export_precision_through(monkeypatch, tmp_path, capsys):
