@@ -250,12 +250,24 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     return monitor.history, selection.stopped
 
 
+# The words of an error's lines that say what happened to a peer.
+PEER_TROUBLE = r"reset|unavailable|timed out|deadline|crash|heartbeat|connect|abort|cancel"
+
+
+def _peer_failed(error: tf.errors.OpError, strategy) -> bool:
+    """Whether an error of PEER_FAILURES under `strategy` means a lost worker: only with several
+    workers, and an InternalError only when it says so (a GPU's own failures, such as cuBLAS's or
+    cuDNN's, are InternalErrors too, and must reach the user as they are)."""
+    if num_workers(strategy) == 1:
+        return False
+    return not isinstance(error, tf.errors.InternalError) or bool(re.search(PEER_TROUBLE, error.message, re.I))
+
+
 def _worker_lost(error: tf.errors.OpError, when: str, workdir) -> WorkerLost:
     """WorkerLost for a collective's or the coordination service's error under several workers, with
     the line of it that says what happened to the peer."""
     lines = [line.strip() for line in error.message.splitlines() if line.strip()]
-    telling = [line for line in lines if re.search(r"reset|unavailable|timed out|deadline|crash|heartbeat|"
-                                                   r"connect|abort|cancel", line, flags=re.I)]
+    telling = [line for line in lines if re.search(PEER_TROUBLE, line, flags=re.I)]
     reason = (telling or lines or [""])[0][:300]
     latest = tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))
     return WorkerLost(f"a worker of the cluster was lost {when} ({type(error).__name__}: {reason}); the last "
@@ -372,7 +384,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
                                                                          vocab_size=tokenizer.vocab_size))
         check_workers_agree(strategy, "configs", _run_description(configs, tokenizer, strategy), CLUSTER_WAIT_SECONDS)
     except PEER_FAILURES as error:
-        if num_workers(strategy) == 1:
+        if not _peer_failed(error, strategy):
             raise
         raise _worker_lost(error, "before training", workdir) from error
     configs.check_resumable(workdir)
@@ -392,7 +404,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
                 evaluations, stopped_early = _train(model, position, run_checkpoint, configs, strategy, corpus,
                                                     tokenizer, workdir, chief, verbose, task)
         except PEER_FAILURES as error:
-            if num_workers(strategy) == 1:
+            if not _peer_failed(error, strategy):
                 raise
             raise _worker_lost(error, f"at step {run_checkpoint.step}", workdir) from error
     finally:

@@ -371,3 +371,19 @@ def test_workers_that_disagree_stop_before_training(tmp_path, corpus_spec):  # n
                                 f"train.train_steps ({STEPS} on worker 0 (chief), 30 on worker 1). "), error
         assert "training from step" not in log
     assert not checkpoint_directory(tmp_path / "workdir").exists()
+
+
+def test_only_an_error_that_says_a_peer_is_gone_is_a_lost_worker(monkeypatch):
+    """Collectives and the coordination service report a lost peer as DeadlineExceeded, Unavailable,
+    Aborted, Cancelled or an InternalError that says so; a GPU's own failures are InternalErrors
+    too, and reach the user as they are."""
+    from keras_transformer.training import run
+
+    monkeypatch.setattr(run, "num_workers", lambda strategy: 2)
+    lost = tf.errors.InternalError(None, None, "RPC failed\nSocket closed: Connection reset by peer")
+    gpu = tf.errors.InternalError(None, None, "Blas GEMM launch failed : a.shape=(8, 512), b.shape=(512, 512)")
+    assert run._peer_failed(tf.errors.DeadlineExceededError(None, None, "the collective timed out"), None)
+    assert run._peer_failed(lost, None) and not run._peer_failed(gpu, None)
+    assert "Connection reset by peer" in str(run._worker_lost(lost, "at step 7", pathlib.Path("/nowhere")))
+    monkeypatch.setattr(run, "num_workers", lambda strategy: 1)  # one worker: every error as it is
+    assert not run._peer_failed(lost, None)
