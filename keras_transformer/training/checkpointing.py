@@ -11,6 +11,7 @@ count is the step: restoring it (and the schedule's cooldown, when it has one) r
 learning rate (a function of the step); the DataPosition restores the data, and the dropout
 layers' seed states the dropout masks.
 """
+import contextlib
 import logging
 import math
 import pathlib
@@ -42,6 +43,18 @@ class TrainingDiverged(RuntimeError):
 class TrainingInterrupted(RuntimeError):
     """SIGTERM stopped the run after saving a checkpoint; the same command resumes it."""
 
+
+
+@contextlib.contextmanager
+def _model_optimizer(model, optimizer):
+    """model.optimizer is `optimizer` inside (a checkpoint holds the model's reference to its
+    optimizer as well as its own), then the model's own again."""
+    own = model.optimizer
+    model.optimizer = optimizer
+    try:
+        yield
+    finally:
+        model.optimizer = own
 
 class RunCheckpoint:
     """The run's tf.train.Checkpoint and its CheckpointManager in workdir/checkpoints.
@@ -80,19 +93,48 @@ class RunCheckpoint:
         """Restores the latest checkpoint, if any; returns its path or None."""
         path = tf.train.latest_checkpoint(str(self.directory))
         if path is not None:
-            self._restorer(path).restore(path).assert_existing_objects_matched()
+            restorer, optimizer = self._restorer(path)
+            with _model_optimizer(self.model, optimizer):
+                status = restorer.restore(path).assert_existing_objects_matched()
+            if optimizer is not self.model.optimizer:
+                status.expect_partial()  # a mixed_float16 run's loss scale, not restored into a run without
             self._saved_step = self.step
             logger.info("restored %s (step %d)", path, self.step)
         return path
 
     def _restorer(self, path):
-        """The checkpoint to restore `path` with: ours, or, when `path` was written without a cooldown
-        (its run had none until now), one of the same objects but the cooldown, which then keeps
-        its config's plan."""
-        if "cooldown" not in self._objects or any(name.startswith("cooldown/")
-                                                  for name, _ in tf.train.list_variables(path)):
-            return self.checkpoint
-        return tf.train.Checkpoint(**{name: value for name, value in self._objects.items() if name != "cooldown"})
+        """(the checkpoint to restore `path` with, the optimizer the model refers to meanwhile): ours
+        and the model's, or objects adapted to what `path` holds:
+          - written without a cooldown (its run had none until now): without the cooldown, which
+            then keeps its config's plan;
+          - written by a run with a loss scale (mixed_float16) and restored into one without (float32
+            or mixed_bfloat16, e.g. a run moved from GPUs to a CPU or a TPU, or taken out of
+            float16), or the other way: Adam's state is restored into this run's Adam, and the loss
+            scale is left behind, or starts as a new mixed_float16 run's does (2**15). The model
+            refers to its optimizer too, and that reference is in the checkpoint as well: it is
+            pointed at the same stand-in while restoring, so that each saved object has one match.
+        """
+        names = [name for name, _ in tf.train.list_variables(path)]
+        objects = dict(self._objects)
+        if "cooldown" in objects and not any(name.startswith("cooldown/") for name in names):
+            del objects["cooldown"]
+        if self._loss_scale_changed(path):
+            optimizer = self.model.optimizer
+            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                objects["optimizer"] = optimizer.inner_optimizer
+                logger.info("%s was saved without a loss scale: its optimizer state goes to this mixed_float16 "
+                            "run's, whose loss scale starts at %g", path, loss_scale(optimizer))
+            else:
+                objects["optimizer"] = tf.train.Checkpoint(inner_optimizer=optimizer)
+                logger.info("%s was saved by a mixed_float16 run: its optimizer state goes to this run's, without "
+                            "its loss scale", path)
+        restorer = self.checkpoint if objects == self._objects else tf.train.Checkpoint(**objects)
+        return restorer, objects["optimizer"]
+
+    def _loss_scale_changed(self, path) -> bool:
+        """Whether `path` was saved with a loss-scaled optimizer and this run has none, or the other way."""
+        saved = any(name.startswith("optimizer/inner_optimizer/") for name, _ in tf.train.list_variables(path))
+        return saved != isinstance(self.model.optimizer, keras.optimizers.LossScaleOptimizer)
 
     def weights_are_finite(self) -> bool:
         return all(bool(tf.reduce_all(tf.math.is_finite(weight))) for weight in self.model.trainable_weights)

@@ -200,3 +200,36 @@ def test_a_collapsed_loss_scale_stops_the_run_and_says_why(initial_weights, tmp_
     assert int(model.optimizer.iterations.numpy()) == 0 and callback.run_checkpoint.manager.latest_checkpoint is None
     for got, expected in zip(model.get_weights(), initial_weights, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("saved_policy, restored_policy", [("mixed_float16", "float32"),
+                                                           ("float32", "mixed_float16")])
+def test_a_run_resumes_with_or_without_a_loss_scale(saved_policy, restored_policy, initial_weights, tmp_path):
+    """A checkpoint of a mixed_float16 run (Adam wrapped in a LossScaleOptimizer) restores into a
+    run without one (float32 or mixed_bfloat16: moved off the GPUs, or out of float16), and the
+    other way: the weights, the step and Adam's moments as saved; the loss scale is left behind,
+    or starts at 2**15 as a new run's does. (Before, the restore failed on the optimizer's
+    step_counter: "expected dtype float does not equal original dtype int64".)"""
+    saved = _model(saved_policy, initial_weights)
+    x, y = _batch()
+    for _ in range(2):
+        saved.train_on_batch(x, y)
+    assert int(saved.optimizer.iterations.numpy()) == 2
+    RunCheckpoint(tmp_path, saved, max_to_keep=1).save()
+    saved_momentums, saved_velocities = _adam_slots(saved)
+    saved_weights = saved.get_weights()
+
+    restored = _model(restored_policy, initial_weights)
+    assert RunCheckpoint(tmp_path, restored, max_to_keep=1).restore_latest() is not None
+    assert int(restored.optimizer.iterations.numpy()) == 2
+    for got, expected in zip(restored.get_weights(), saved_weights, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    momentums, velocities = _adam_slots(restored)
+    for got, expected in zip([*momentums, *velocities], [*saved_momentums, *saved_velocities], strict=True):
+        assert np.linalg.norm(expected) > 0
+        np.testing.assert_array_equal(got, expected)
+    assert loss_scale(restored.optimizer) == (2.0 ** 15 if restored_policy == "mixed_float16" else None)
+    # The model's own optimizer again after the restore (it pointed at a stand-in meanwhile).
+    assert isinstance(restored.optimizer, keras.optimizers.LossScaleOptimizer) == (restored_policy == "mixed_float16")
+    restored.train_on_batch(x, y)  # and it trains on
+    assert int(restored.optimizer.iterations.numpy()) == 3
