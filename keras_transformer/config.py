@@ -18,6 +18,11 @@ NUM_SPECIAL_TOKENS = 4
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 
+# The largest length-penalty exponent decoding takes: the GNMT penalty ((5 + length) / 6) ** alpha
+# stays finite in float32 at every length a preset allows (about 1e23 at 1,324 tokens), where at
+# alpha 30 it is already inf at about 128 tokens (and every score -0.0).
+MAX_ALPHA = 10.0
+
 
 def _require(condition, message):
     if not condition:
@@ -328,7 +333,8 @@ class DecodeConfig(JsonConfig):
     def __post_init__(self):
         _require(isinstance(self.beam_size, int) and self.beam_size >= 1,
                  f"DecodeConfig.beam_size must be an integer >= 1; got {self.beam_size!r}")
-        _require(self.alpha >= 0, f"DecodeConfig.alpha must be >= 0; got {self.alpha!r}")
+        _require(isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 <= self.alpha <= MAX_ALPHA,
+                 f"DecodeConfig.alpha must be a number in [0, {MAX_ALPHA:g}]; got {self.alpha!r}")
         _require(self.extra_length >= 1, f"DecodeConfig.extra_length must be >= 1; got {self.extra_length!r}")
         _require(isinstance(self.parallel_groups, int) and self.parallel_groups >= 1,
                  f"DecodeConfig.parallel_groups must be an integer >= 1; got {self.parallel_groups!r}")

@@ -12,8 +12,9 @@ Signatures (B sentences; every output has one row per input, also for bad input)
                     string, scores (B, W) float32, best first, W = beam_size clamped to
                     [1, max_beam_size] (default 8). Two traced searches, picked with tf.cond:
                     greedy for W = 1, and one beam search whose width W is a tensor for every
-                    W >= 2. alpha must be finite and >= 0 (0 ranks by log-probability);
-                    any other value is refused with InvalidArgumentError.
+                    W >= 2. alpha must be a number in [0, 10] (0 ranks by log-probability;
+                    above 10 the penalty overflows float32 on long outputs); any other value
+                    is refused with InvalidArgumentError.
   score             source (B,) string, target (B,) string -> scores (B,) float32, the
                     log-probability of the target (with EOS) given the source by forced decoding,
                     and lengths (B,) int32, the target tokens scored (EOS included).
@@ -50,7 +51,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
+from keras_transformer.config import BOS_ID, EOS_ID, MAX_ALPHA, PAD_ID, DecodeConfig, TransformerConfig
+from keras_transformer.data.text_files import strip_whitespace
 from keras_transformer.decoding import beam_search
 from keras_transformer.model import Transformer, transposed_here
 from keras_transformer.precision import check_precision, model_in_precision, warn_if_slow_here
@@ -209,9 +211,11 @@ class Translator(tf.Module):
         return tf_text.SentencepieceTokenizer(model=self.sentencepiece_proto, out_type=tf.int32)
 
     def _tokenize(self, texts, max_tokens):
-        """(B,) strings -> ragged (B, None) ids: clean UTF-8, stripped, at most max_tokens."""
+        """(B,) strings -> ragged (B, None) ids: clean UTF-8, stripped of the whitespace the training
+        corpora are stripped of (Unicode's too: a no-break space alone is an empty source), at most
+        max_tokens."""
         with tf.device(HOST):
-            return self._sentencepiece().tokenize(tf.strings.strip(_valid_utf8(texts)))[:, :max_tokens]
+            return self._sentencepiece().tokenize(strip_whitespace(_valid_utf8(texts)))[:, :max_tokens]
 
     def _source_ids(self, texts):
         """(B,) strings -> source_ids (B, S) int32 with EOS, 0-padded, and is_empty (B,) bool."""
@@ -285,12 +289,13 @@ class Translator(tf.Module):
         return texts, tf.where(empty, 0.0, scores)
 
     def _alpha(self, alpha):
-        """alpha, after an assertion that it is finite and >= 0 (InvalidArgumentError otherwise)."""
+        """alpha, after an assertion that it is a number in [0, MAX_ALPHA] (InvalidArgumentError
+        otherwise; above, the length penalty overflows float32 on long outputs)."""
         alpha = tf.cast(alpha, tf.float32)
-        usable = tf.math.is_finite(alpha) & (alpha >= 0.0)
+        usable = tf.math.is_finite(alpha) & (alpha >= 0.0) & (alpha <= MAX_ALPHA)
         with tf.device(HOST):  # its message is a string
-            check = tf.debugging.Assert(usable, ["translate_nbest: alpha must be a finite number >= 0 (0 ranks by "
-                                                 "log-probability; the paper's is 0.6), got", alpha])
+            check = tf.debugging.Assert(usable, [f"translate_nbest: alpha must be a finite number in [0, {MAX_ALPHA:g}] "
+                                                 "(0 ranks by log-probability; the paper's is 0.6), got", alpha])
         with tf.control_dependencies([check]):
             return tf.identity(alpha)
 

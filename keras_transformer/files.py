@@ -4,9 +4,12 @@ A run killed while it writes a record (configs, the choice of best checkpoints, 
 translations) must leave the previous file or the new one, never half of one: the text goes to a
 temporary file beside the target, which then replaces it (os.replace, atomic within one file system).
 """
+import logging
 import os
 import pathlib
 from typing import Iterable, Union
+
+logger = logging.getLogger(__name__)
 
 PathLike = Union[str, os.PathLike]
 
@@ -24,12 +27,38 @@ def write_text_atomically(path: PathLike, text: str, encoding: str = "utf-8") ->
     return path
 
 
-def write_lines(path: PathLike, lines: Iterable[str]) -> pathlib.Path:
-    """Writes one line per item, UTF-8, each ended by a newline (translations, trees): line i of
-    the file is item i, as scorers read it against line i of the references. An item that holds a
-    line break would shift every line after it, so it is refused, naming its 1-based line."""
-    lines = list(lines)
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a text file's bytes as tf.data.TextLineDataset, the training corpora's reader,
+    reads them: split at "\n" only, every "\r" dropped ("\r\n" files, and a "\r" inside a line,
+    where bytes.splitlines() would split and make more lines than the file has), the newline after
+    the last line optional; a UTF-8 byte-order mark at the start (files saved on Windows) dropped."""
+    lines = data.removeprefix(b"\xef\xbb\xbf").replace(b"\r", b"").split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+def one_line(text: str) -> str:
+    """text with each of its line breaks ("\r\n", "\r", "\n") made a space."""
+    return text.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+
+
+def lines_text(lines: Iterable[str], path: PathLike = "output") -> str:
+    """One line per item, each ended by a newline (translations, trees): line i is item i, as
+    scorers read it against line i of the references. A line break inside an item (a model can
+    write one) would shift every line after it: it becomes a space, and a warning says how many
+    items had one and the first one's 1-based line."""
+    kept, changed = [], []
     for number, line in enumerate(lines, start=1):
-        if "\n" in line or "\r" in line:
-            raise ValueError(f"{path}: line {number} would hold a line break: {line!r}")
-    return write_text_atomically(path, "".join(line + "\n" for line in lines))
+        kept.append(one_line(line))
+        if kept[-1] != line:
+            changed.append(number)
+    if changed:
+        logger.warning("%s: %d line(s) held a line break, written as a space to keep the lines aligned (the "
+                       "first: line %d)", path, len(changed), changed[0])
+    return "".join(line + "\n" for line in kept)
+
+
+def write_lines(path: PathLike, lines: Iterable[str]) -> pathlib.Path:
+    """Writes lines_text(lines) to path, UTF-8, whole or not at all."""
+    return write_text_atomically(path, lines_text(lines, path))

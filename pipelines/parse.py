@@ -16,6 +16,7 @@ import sys
 
 import tensorflow as tf
 
+from keras_transformer.files import lines_text, split_lines, write_lines
 from pipelines import show_job_log
 from pipelines.translate import resolve_model, translate_lines
 
@@ -72,19 +73,18 @@ def main(argv=None):
         if args.output is not None and not args.output.parent.is_dir():
             raise FileNotFoundError(f"output directory not found: {args.output.parent}")
         kind, path = resolve_model(args)
-        lines = args.input.read_bytes().splitlines() if args.input else sys.stdin.buffer.read().splitlines()
+        lines = split_lines(args.input.read_bytes() if args.input else sys.stdin.buffer.read())
         parse_batch = workdir_parser(path, args.checkpoint) if kind == "workdir" else saved_model_parser(path)
     except (FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     answers = translate_lines(parse_batch, lines, args.batch_size, progress=args.input is not None)
     trees, repaired = checked_trees(lines, answers)
     print(f"{repaired} of {len(lines)} answers needed repair", file=sys.stderr)
-    text = "".join(tree + "\n" for tree in trees)
     if args.output is None:
-        sys.stdout.write(text)
+        sys.stdout.write(lines_text(trees, "stdout"))
         sys.stdout.flush()
     else:
-        args.output.write_text(text, encoding="utf-8")
+        write_lines(args.output, trees)
 
 
 if __name__ == "__main__":

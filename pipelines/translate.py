@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import pathlib
 import sys
 
@@ -21,6 +22,8 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from keras_transformer import export
+from keras_transformer.config import MAX_ALPHA
+from keras_transformer.files import lines_text, split_lines, write_lines
 from pipelines import show_job_log
 
 
@@ -53,6 +56,9 @@ def saved_model_translator(path, beam_size, alpha):
     max_beam_size = json.loads((assets / export.TRANSLATOR_CONFIG_FILENAME).read_text())["max_beam_size"]
     if beam_size is not None and beam_size > max_beam_size:
         raise ValueError(f"--beam-size {beam_size} exceeds the largest beam size of {path}: {max_beam_size}")
+    if beam_size is None and alpha is not None and decode_config["beam_size"] > max_beam_size:
+        raise ValueError(f"--alpha decodes with translate_nbest, whose largest beam size ({max_beam_size}) is below "
+                         f"the beam size of {path} ({decode_config['beam_size']}): give --beam-size too")
     loaded = tf.saved_model.load(str(path))
     if beam_size is None and alpha is None:
         serving_default = loaded.signatures["serving_default"]
@@ -95,6 +101,9 @@ def check_arguments(args):
         raise FileNotFoundError(f"output directory not found: {args.output.parent}")
     if args.beam_size is not None and args.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {args.beam_size}")
+    if args.alpha is not None and not (math.isfinite(args.alpha) and 0 <= args.alpha <= MAX_ALPHA):
+        raise ValueError(f"--alpha must be a number in [0, {MAX_ALPHA:g}] (0 ranks by log-probability; the paper's "
+                         f"is 0.6), got {args.alpha}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     return resolve_model(args)
@@ -118,7 +127,7 @@ def main(argv=None):
     show_job_log()
     try:
         kind, path = check_arguments(args)
-        lines = args.input.read_bytes().splitlines() if args.input else sys.stdin.buffer.read().splitlines()
+        lines = split_lines(args.input.read_bytes() if args.input else sys.stdin.buffer.read())
         if kind == "workdir":
             translate_batch = workdir_translator(path, args.checkpoint, args.beam_size, args.alpha)
         else:
@@ -127,12 +136,13 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     translations = translate_lines(translate_batch, lines, args.batch_size, progress=args.input is not None)
-    text = b"".join(translation + b"\n" for translation in translations)
+    # Valid UTF-8 (the model's output is made so); a line break inside one becomes a space.
+    translations = [translation.decode("utf-8", errors="replace") for translation in translations]
     if args.output is None:
-        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.write(lines_text(translations, "stdout").encode("utf-8"))
         sys.stdout.buffer.flush()
     else:
-        args.output.write_bytes(text)
+        write_lines(args.output, translations)
 
 
 if __name__ == "__main__":

@@ -73,3 +73,17 @@ def test_parameter_counts_match_table_3(row):
     else:
         offset = 1.9 * fields.get("d_model", 512) / 512
         assert abs(millions + offset - paper_millions) / paper_millions < 0.05, (row, millions)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(beam_size=0), "DecodeConfig.beam_size must be an integer >= 1; got 0"),
+    (dict(alpha=-0.1), r"DecodeConfig.alpha must be a number in \[0, 10\]; got -0.1"),
+    (dict(alpha=float("inf")), r"DecodeConfig.alpha must be a number in \[0, 10\]; got inf"),
+    (dict(alpha=float("nan")), r"DecodeConfig.alpha must be a number in \[0, 10\]; got nan"),
+    (dict(alpha=10.5), r"DecodeConfig.alpha must be a number in \[0, 10\]; got 10.5"),
+    (dict(extra_length=0), "DecodeConfig.extra_length must be >= 1; got 0"),
+])
+def test_bad_decode_config_is_named(fields, message):
+    with pytest.raises(ValueError, match=message):
+        DecodeConfig(**fields)
+    assert DecodeConfig(alpha=0).alpha == 0 and DecodeConfig(alpha=10).alpha == 10

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_transformer import BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig
 from keras_transformer import export
+from keras_transformer.config import MAX_ALPHA
 from keras_transformer.data import NumbersCorpus, SubwordTokenizer
 from keras_transformer.decoding import beam_search, greedy_decode
 from keras_transformer.model import transposed_here
@@ -207,7 +208,7 @@ def test_score_is_the_forced_decoding_log_probability(trained, loaded):
         loaded.signatures["score"](source=tf.constant(SENTENCES), target=tf.constant(targets[:2]))
 
 
-BAD_INPUTS = [b"", b"   \t ", " ".join(["twenty-one"] * 10_000).encode(), b"\xff\xfe seven \xc3\x28 \xed\xa0\x80",
+BAD_INPUTS = [b"", b"   \t ", "\u00a0 \u3000\u2028\x1c".encode(), " ".join(["twenty-one"] * 10_000).encode(), b"\xff\xfe seven \xc3\x28 \xed\xa0\x80",
               "🚀 ☃ 👩‍👩‍👧".encode(), "twenty-one Привет 你好 مرحبا שלום ñandú".encode(), b"\x00\x01",
               b"twenty-one"]
 
@@ -222,8 +223,9 @@ def test_bad_input_never_fails_and_keeps_one_output_per_input(loaded):
     served = loaded.signatures["serving_default"](inputs=inputs)
     assert served["translations"].shape == served["scores"].shape == (len(BAD_INPUTS),)
     assert_valid_utf8(served["translations"].numpy())
-    assert list(served["translations"].numpy()[:2]) == [b"", b""]  # empty after stripping
-    assert list(served["scores"].numpy()[:2]) == [0.0, 0.0]
+    # Empty after stripping (Unicode's whitespace too, as the training corpora are stripped)
+    assert list(served["translations"].numpy()[:3]) == [b"", b"", b""]
+    assert list(served["scores"].numpy()[:3]) == [0.0, 0.0, 0.0]
     assert np.all(np.isfinite(served["scores"].numpy()))
     assert served["translations"].numpy()[-1] == "einundzwanzig".encode()  # unharmed by its neighbours
     nbest = loaded.signatures["translate_nbest"](inputs=inputs, beam_size=tf.constant(2), alpha=tf.constant(0.6))
@@ -266,12 +268,13 @@ def test_nbest_beam_size_is_clamped_and_a_bad_alpha_is_refused(loaded):
         translations, scores = nbest(beam_size, 0.6)
         assert translations.shape == (2, beam_size)
         assert np.all(np.diff(scores, axis=1) <= 0)  # best first
-    for alpha in (-1.0, -1e-3, float("nan"), float("inf"), float("-inf")):
-        with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must be a finite number >= 0"):
+    for alpha in (-1.0, -1e-3, float("nan"), float("inf"), float("-inf"), MAX_ALPHA + 0.5, 30.0):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"alpha must be a finite number in \[0, 10\]"):
             nbest(3, alpha)
     by_log_probability, with_penalty = nbest(3, 0.0), nbest(3, 2.0)  # both ends of the sensible range
     assert np.all(np.isfinite(by_log_probability[1])) and np.all(np.isfinite(with_penalty[1]))
     assert not np.allclose(by_log_probability[1], with_penalty[1])
+    assert np.all(np.isfinite(nbest(3, MAX_ALPHA)[1]))  # the largest alpha taken
 
 
 # The export itself.
@@ -492,11 +495,11 @@ def test_a_fresh_process_answers_every_bad_input_in_reduced_precision(bfloat16_s
         assert result["ours"] == [], precision
         assert len(result["translations"]) == len(result["scored"]) == len(BAD_INPUTS)
         assert [len(row) for row in result["nbest"]] == [2] * len(BAD_INPUTS)
-        assert result["translations"][:2] == ["", ""] and result["scores"][:2] == [0.0, 0.0]
+        assert result["translations"][:3] == ["", "", ""] and result["scores"][:3] == [0.0, 0.0, 0.0]
         assert result["translations"][-1] == "einundzwanzig", precision
         assert np.all(np.isfinite(result["scores"])) and np.all(np.isfinite(result["scored"]))
         assert result["dtypes"] == ["float32"] * 3
-        assert "alpha must be a finite number >= 0" in result["refused"]
+        assert "alpha must be a finite number in [0, 10]" in result["refused"]
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from typing import Iterator, Optional
 import tensorflow as tf
 
 from keras_transformer.data.corpora import Corpus, check_split
+from keras_transformer.data.text_files import strip_whitespace
 from keras_transformer.tracing import plain
 
 WMT14_EN_DE = "wmt14_translate/de-en"
@@ -45,7 +46,7 @@ class TfdsTranslationCorpus(Corpus):
         source, target = self.source_language, self.target_language
         # As for local files: surrounding whitespace stripped, pairs with an empty side skipped.
         pairs = self._load(split).map(
-            plain(lambda example: (tf.strings.strip(example[source]), tf.strings.strip(example[target]))),
+            plain(lambda example: (strip_whitespace(example[source]), strip_whitespace(example[target]))),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return pairs.filter(plain(lambda source_text, target_text: tf.logical_and(
             tf.strings.length(source_text) > 0, tf.strings.length(target_text) > 0)))

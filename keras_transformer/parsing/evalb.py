@@ -60,6 +60,8 @@ class BracketCounts:
 
     @property
     def f1(self) -> float:
+        """F1 in percent; 0 where no bracket matched at all (EVALB divides 0 by 0 there and prints
+        nan, the one place these figures differ: 0 keeps such a checkpoint comparable, and last)."""
         p, r = self.precision, self.recall
         return 2 * p * r / (p + r) if p + r else 0.0
 

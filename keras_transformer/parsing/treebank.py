@@ -52,7 +52,8 @@ def _lines(path: pathlib.Path) -> Iterator[tuple[int, str]]:
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                yield number, raw.decode("utf-8")
+                # A byte-order mark (files saved on Windows) is no text outside a tree.
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
                 raise TreebankFormatError(f"{path}:{number}: invalid UTF-8 at byte {error.start} of the line") from None
 

@@ -36,8 +36,10 @@ def test_strip_function_tags_keeps_labels_that_start_with_a_hyphen():
 def test_multiline_mrg_files_one_tree_per_line_and_directories(tmp_path):
     (tmp_path / "wsj").mkdir()
     (tmp_path / "wsj" / "wsj_0001.mrg").write_text(WSJ_MRG)
-    (tmp_path / "wsj" / "wsj_0002.mrg").write_text("(ROOT (S (NP-SBJ (PRP It)) (VP (VBZ works))))\n"
-                                                  "(ROOT (FRAG (NP (NN Fine)) (. !)))  (ROOT (INTJ (UH Yes)))\n")
+    # With a byte-order mark, as files saved on Windows begin.
+    (tmp_path / "wsj" / "wsj_0002.mrg").write_text("\ufeff(ROOT (S (NP-SBJ (PRP It)) (VP (VBZ works))))\n"
+                                                  "(ROOT (FRAG (NP (NN Fine)) (. !)))  (ROOT (INTJ (UH Yes)))\n",
+                                                  encoding="utf-8")
     (tmp_path / "wsj" / "README").write_text("not a tree")
     trees = list(read_treebank(tmp_path / "wsj"))
     assert [tree.label for tree in trees] == ["S", "S", "S", "FRAG", "INTJ"]

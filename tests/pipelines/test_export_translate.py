@@ -49,6 +49,8 @@ def test_export_then_translate(tiny_workdir, tmp_path, monkeypatch, capsys):
     assert (decode_config["parallel_groups"], decode_config["transposed_kernels"]) == (2, False)
     source = tmp_path / "input.txt"
     source.write_text("".join(line + "\n" for line in LINES))
+    crlf = tmp_path / "input-crlf.txt"  # "\r\n" ends, and a "\r" inside a line: still one line each
+    crlf.write_bytes("".join(line + "\r\n" for line in LINES).replace(SENTENCES[2], "\r" + SENTENCES[2], 1).encode())
 
     # The run directory, decoded in a subprocess with the settings of its decode config: stdin -> stdout.
     from_workdir = run_module("pipelines.translate", "--model", tiny_workdir, stdin=source.read_bytes())
@@ -60,6 +62,9 @@ def test_export_then_translate(tiny_workdir, tmp_path, monkeypatch, capsys):
     # this process, to spare a third TensorFlow start-up.
     output = tmp_path / "output.txt"
     translate_pipeline.main(["--model", str(export_dir), "--input", str(source), "--output", str(output),
+                             "--batch-size", "2"])
+    assert output.read_text().splitlines() == from_workdir
+    translate_pipeline.main(["--model", str(export_dir), "--input", str(crlf), "--output", str(output),
                              "--batch-size", "2"])
     assert output.read_text().splitlines() == from_workdir
 
@@ -90,6 +95,19 @@ def test_saved_model_lookup_and_beam_size_limit(tiny_saved_model):
         translate_pipeline.saved_model_translator(tiny_saved_model, 99, None)
 
 
+def test_alpha_alone_is_refused_where_translate_nbest_would_narrow_the_beam(tmp_path):
+    """--alpha decodes with translate_nbest, which clamps the beam to the export's max_beam_size: an
+    export whose own beam is wider would decode narrower than asked without a word (checked before
+    the SavedModel loads)."""
+    assets = tmp_path / "1" / "assets"
+    assets.mkdir(parents=True)
+    (assets / "decode_config.json").write_text(json.dumps({"beam_size": 4, "alpha": 0.6}))
+    (assets / "translator.json").write_text(json.dumps({"max_beam_size": 2}))
+    with pytest.raises(ValueError, match=r"largest beam size \(2\) is below the beam size of .* \(4\): give "
+                                         r"--beam-size too"):
+        translate_pipeline.saved_model_translator(tmp_path / "1", None, 1.0)
+
+
 def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
     missing = tmp_path / "missing"
     cases = [
@@ -103,6 +121,9 @@ def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
         (translate_pipeline.main, ["--model", str(tiny_saved_model), "--input", str(missing)], str(missing)),
         (translate_pipeline.main, ["--model", str(tiny_saved_model), "--output", str(missing / "out.txt")],
          str(missing)),
+        *[(translate_pipeline.main, ["--model", str(tiny_saved_model), "--alpha", alpha],
+           f"--alpha must be a number in [0, 10] (0 ranks by log-probability; the paper's is 0.6), got {alpha}")
+          for alpha in ("-1.0", "nan", "10.5")],
     ]
     for main, argv, named in cases:
         with pytest.raises(SystemExit) as exit_info:
