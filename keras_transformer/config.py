@@ -10,6 +10,7 @@ paper is a named field, documented where it is defined. Variants come from `data
 import dataclasses
 import json
 import math
+import numbers
 from typing import Optional
 
 # Special token ids, fixed across the project (the SentencePiece model is trained with these ids).
@@ -333,7 +334,8 @@ class DecodeConfig(JsonConfig):
     def __post_init__(self):
         _require(isinstance(self.beam_size, int) and self.beam_size >= 1,
                  f"DecodeConfig.beam_size must be an integer >= 1; got {self.beam_size!r}")
-        _require(isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 <= self.alpha <= MAX_ALPHA,
+        _require(isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, bool)
+                 and math.isfinite(self.alpha) and 0 <= self.alpha <= MAX_ALPHA,
                  f"DecodeConfig.alpha must be a number in [0, {MAX_ALPHA:g}]; got {self.alpha!r}")
         _require(self.extra_length >= 1, f"DecodeConfig.extra_length must be >= 1; got {self.extra_length!r}")
         _require(isinstance(self.parallel_groups, int) and self.parallel_groups >= 1,

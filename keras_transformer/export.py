@@ -294,8 +294,9 @@ class Translator(tf.Module):
         alpha = tf.cast(alpha, tf.float32)
         usable = tf.math.is_finite(alpha) & (alpha >= 0.0) & (alpha <= MAX_ALPHA)
         with tf.device(HOST):  # its message is a string
-            check = tf.debugging.Assert(usable, [f"translate_nbest: alpha must be a finite number in [0, {MAX_ALPHA:g}] "
-                                                 "(0 ranks by log-probability; the paper's is 0.6), got", alpha])
+            check = tf.debugging.Assert(usable, [f"translate_nbest: alpha must be a finite number in "
+                                                 f"[0, {MAX_ALPHA:g}] (0 ranks by log-probability; the paper's "
+                                                 "is 0.6), got", alpha])
         with tf.control_dependencies([check]):
             return tf.identity(alpha)
 

@@ -16,8 +16,13 @@ PathLike = Union[str, os.PathLike]
 
 def write_text_atomically(path: PathLike, text: str, encoding: str = "utf-8") -> pathlib.Path:
     """Writes text to path through a temporary file named for this process (several processes may
-    write the same record), which then replaces path. Returns path."""
+    write the same record), which then replaces path. Returns path. A path that exists and is no
+    regular file of its own (a symlink, /dev/stdout, a pipe such as bash's >(...)) is written
+    through as it is: replacing it would replace the link or the device."""
     path = pathlib.Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        path.write_text(text, encoding=encoding)
+        return path
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text, encoding=encoding)
@@ -31,7 +36,8 @@ def split_lines(data: bytes) -> list[bytes]:
     """The lines of a text file's bytes as tf.data.TextLineDataset, the training corpora's reader,
     reads them: split at "\n" only, every "\r" dropped ("\r\n" files, and a "\r" inside a line,
     where bytes.splitlines() would split and make more lines than the file has), the newline after
-    the last line optional; a UTF-8 byte-order mark at the start (files saved on Windows) dropped."""
+    the last line optional. Unlike it, a UTF-8 byte-order mark at the start (files saved on Windows)
+    is dropped."""
     lines = data.removeprefix(b"\xef\xbb\xbf").replace(b"\r", b"").split(b"\n")
     if lines[-1] == b"":
         lines.pop()

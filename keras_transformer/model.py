@@ -378,7 +378,9 @@ class Transformer(keras.Model):
         optimizer it wraps. An overflow on another replica alone would then reach the weights as
         inf / NaN, and the workers of several machines could disagree on whether to enter the
         gradients' all-reduce. So the replicas agree first (an all-reduce of one scalar, how many
-        overflowed), and where any one did, every replica's gradients are made NaN: all skip."""
+        overflowed), and where any one did, every replica's gradients are made NaN: all skip.
+        (The train steps of this class; a model compiled with a loss of Keras' own trains with
+        Keras' step, without this agreement.)"""
         replica_context = tf.distribute.get_replica_context()
         if (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) and replica_context is not None
                 and replica_context.num_replicas_in_sync > 1):

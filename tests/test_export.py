@@ -208,9 +208,9 @@ def test_score_is_the_forced_decoding_log_probability(trained, loaded):
         loaded.signatures["score"](source=tf.constant(SENTENCES), target=tf.constant(targets[:2]))
 
 
-BAD_INPUTS = [b"", b"   \t ", "\u00a0 \u3000\u2028\x1c".encode(), " ".join(["twenty-one"] * 10_000).encode(), b"\xff\xfe seven \xc3\x28 \xed\xa0\x80",
-              "🚀 ☃ 👩‍👩‍👧".encode(), "twenty-one Привет 你好 مرحبا שלום ñandú".encode(), b"\x00\x01",
-              b"twenty-one"]
+BAD_INPUTS = [b"", b"   \t ", "\u00a0 \u3000\u2028\x1c".encode(), " ".join(["twenty-one"] * 10_000).encode(),
+              b"\xff\xfe seven \xc3\x28 \xed\xa0\x80", "🚀 ☃ 👩‍👩‍👧".encode(),
+              "twenty-one Привет 你好 مرحبا שלום ñandú".encode(), b"\x00\x01", b"twenty-one"]
 
 
 def assert_valid_utf8(strings):

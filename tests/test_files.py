@@ -1,4 +1,6 @@
 """Records written whole or not at all, and line files that stay aligned with their references."""
+import pathlib
+
 import pytest
 
 from keras_transformer.files import lines_text, split_lines, write_lines, write_text_atomically
@@ -47,3 +49,14 @@ def test_a_line_break_inside_an_item_becomes_a_space_and_is_reported(tmp_path, c
     assert path.read_text(encoding="utf-8") == "eins\nzwei Zeilen\nWagen Rücklauf \nvier\n"
     assert "hypotheses.de: 2 line(s) held a line break" in caplog.text and "(the first: line 2)" in caplog.text
     assert lines_text(["a", "b"]) == "a\nb\n"
+
+
+def test_a_symlink_or_a_device_is_written_through(tmp_path):
+    """--output /dev/stdout, a pipe or a link: replacing it would replace the link or the device."""
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    write_lines(link, ["neu"])
+    assert link.is_symlink() and target.read_text() == "neu\n"
+    write_lines("/dev/null", ["nichts"])
+    assert pathlib.Path("/dev/null").is_char_device()

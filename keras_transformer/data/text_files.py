@@ -64,7 +64,8 @@ def strip_whitespace(texts: tf.Tensor) -> tf.Tensor:
 
 
 def _lines(path: PathLike) -> tf.data.Dataset:
-    """The lines of a file without their terminators ("\\n" or "\\r\\n"), as tf.string scalars."""
+    """The lines of a file split at "\\n", as tf.string scalars; TensorFlow drops every "\\r" (of
+    "\\r\\n" ends, and inside a line too: keras_transformer.files.split_lines reads as it does)."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")

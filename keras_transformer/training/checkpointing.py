@@ -44,7 +44,6 @@ class TrainingInterrupted(RuntimeError):
     """SIGTERM stopped the run after saving a checkpoint; the same command resumes it."""
 
 
-
 @contextlib.contextmanager
 def _model_optimizer(model, optimizer):
     """model.optimizer is `optimizer` inside (a checkpoint holds the model's reference to its
@@ -55,6 +54,7 @@ def _model_optimizer(model, optimizer):
         yield
     finally:
         model.optimizer = own
+
 
 class RunCheckpoint:
     """The run's tf.train.Checkpoint and its CheckpointManager in workdir/checkpoints.
@@ -96,7 +96,7 @@ class RunCheckpoint:
             restorer, optimizer = self._restorer(path)
             with _model_optimizer(self.model, optimizer):
                 status = restorer.restore(path).assert_existing_objects_matched()
-            if optimizer is not self.model.optimizer:
+            if optimizer is not self.model.optimizer:  # a stand-in: the loss scale changed
                 status.expect_partial()  # a mixed_float16 run's loss scale, not restored into a run without
             self._saved_step = self.step
             logger.info("restored %s (step %d)", path, self.step)
@@ -118,7 +118,7 @@ class RunCheckpoint:
         objects = dict(self._objects)
         if "cooldown" in objects and not any(name.startswith("cooldown/") for name in names):
             del objects["cooldown"]
-        if self._loss_scale_changed(path):
+        if self._loss_scale_changed(names):
             optimizer = self.model.optimizer
             if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
                 objects["optimizer"] = optimizer.inner_optimizer
@@ -131,9 +131,10 @@ class RunCheckpoint:
         restorer = self.checkpoint if objects == self._objects else tf.train.Checkpoint(**objects)
         return restorer, objects["optimizer"]
 
-    def _loss_scale_changed(self, path) -> bool:
-        """Whether `path` was saved with a loss-scaled optimizer and this run has none, or the other way."""
-        saved = any(name.startswith("optimizer/inner_optimizer/") for name, _ in tf.train.list_variables(path))
+    def _loss_scale_changed(self, names) -> bool:
+        """Whether a checkpoint of these variable names was saved with a loss-scaled optimizer and this
+        run has none, or the other way."""
+        saved = any(name.startswith("optimizer/inner_optimizer/") for name in names)
         return saved != isinstance(self.model.optimizer, keras.optimizers.LossScaleOptimizer)
 
     def weights_are_finite(self) -> bool:

@@ -250,17 +250,21 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     return monitor.history, selection.stopped
 
 
-# The words of an error's lines that say what happened to a peer.
+# The words of an error's lines that say what happened to a peer (to pick the line a WorkerLost quotes).
 PEER_TROUBLE = r"reset|unavailable|timed out|deadline|crash|heartbeat|connect|abort|cancel"
+# What an InternalError says when it is a lost peer, not a device's own failure ("the launch timed
+# out and was terminated" is CUDA's own; a cuBLAS or cuDNN failure names neither).
+PEER_LOST = (r"connection reset|socket closed|failed to connect|\bunavailable\b|heartbeat|collective ops is aborted"
+             r"|deadline exceeded|coordination service")
 
 
 def _peer_failed(error: tf.errors.OpError, strategy) -> bool:
     """Whether an error of PEER_FAILURES under `strategy` means a lost worker: only with several
-    workers, and an InternalError only when it says so (a GPU's own failures, such as cuBLAS's or
-    cuDNN's, are InternalErrors too, and must reach the user as they are)."""
+    workers, and an InternalError only when it says so (a GPU's own failures are InternalErrors too,
+    and must reach the user as they are)."""
     if num_workers(strategy) == 1:
         return False
-    return not isinstance(error, tf.errors.InternalError) or bool(re.search(PEER_TROUBLE, error.message, re.I))
+    return not isinstance(error, tf.errors.InternalError) or bool(re.search(PEER_LOST, error.message, re.I))
 
 
 def _worker_lost(error: tf.errors.OpError, when: str, workdir) -> WorkerLost:
@@ -309,16 +313,18 @@ def export_saved_model(translator: Translator, workdir, export_dir, step, precis
     """The SavedModel of `translator` (the averaged weights) as the next version in export_dir, in
     `precision` (float32, bfloat16 or float16, see keras_transformer.precision).
 
-    workdir/exported.json records what was exported where: the step, the precision, export_dir
-    and a fingerprint of the weights (sha256 of their values). Running a finished job again reuses
-    that version instead of exporting the same weights as a new one; other weights (another
-    average of the same run: train.average, train.checkpoints_to_average), another precision or
-    another export_dir make a new version.
+    workdir/exported.json records what was exported where: the step, the precision, export_dir,
+    a fingerprint of the weights (sha256 of their values) and what the graph is built with (the
+    decode config, the longest source and the widest beam). Running a finished job again reuses
+    that version instead of exporting the same as a new one; other weights (another average of the
+    same run: train.average, train.checkpoints_to_average), other decoding settings, another
+    precision or another export_dir make a new version.
     """
     record_path = pathlib.Path(workdir) / EXPORT_RECORD
     export_dir = pathlib.Path(export_dir).resolve()
     record = {"step": step, "precision": precision, "export_dir": str(export_dir),
-              "weights": weights_fingerprint(translator.model)}
+              "weights": weights_fingerprint(translator.model), "decode": translator.decode_config.to_dict(),
+              "max_source_length": translator.max_source_length, "max_beam_size": translator.max_beam_size}
     if record_path.exists():
         saved = json.loads(record_path.read_text())
         if {key: saved.get(key) for key in record} == record and pathlib.Path(saved.get("path", "")).is_dir():

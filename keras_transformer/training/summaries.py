@@ -132,6 +132,11 @@ class TrainingMonitor(keras.callbacks.Callback):
     def _step(self):
         return int(self.model.optimizer.iterations.numpy())
 
+    def on_train_begin(self, logs=None):
+        if self.evaluate_at is not None and not (self.params or {}).get("steps"):
+            raise ValueError("TrainingMonitor(evaluate_at=...) needs fit's steps_per_epoch: an evaluation due at an "
+                             "epoch's last batch waits for the epoch's end, after Keras has its training means")
+
     def on_train_batch_begin(self, batch, logs=None):
         if self._reset_pending:  # not at the logging step itself: Keras' epoch logs keep its values
             self.model.reset_metrics()  # the next values are the means over the next interval
@@ -143,7 +148,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         step = self._step()
         if step % self.log_every_steps == 0 and step != self._logged_step:  # a skipped step stays
             self._log_training(step, logs)
-        last_of_epoch = batch + 1 == (self.params or {}).get("steps")
+        last_of_epoch = batch + 1 == self.params["steps"]
         if self.evaluate_at is not None and not last_of_epoch and self._due(step):
             # Only where a skipped step moved the epoch's end: evaluated here, not at that end.
             self.evaluate()

@@ -50,13 +50,15 @@ def test_the_run_exports_in_the_precision_asked_and_again_when_it_changes(tmp_pa
     assert second != first and fake_export[1] is translator
     record = json.loads((tmp_path / run.EXPORT_RECORD).read_text())
     assert record == {"step": 10, "path": str(second), "precision": "float32", "export_dir": str(export_dir),
-                      "weights": run.weights_fingerprint(translator.model)}
+                      "weights": run.weights_fingerprint(translator.model), "decode": decode_config.to_dict(),
+                      "max_source_length": 40, "max_beam_size": 3}
     assert re.fullmatch(r"[0-9a-f]{64}", record["weights"])
 
 
-def test_other_weights_or_another_export_dir_export_again(tmp_path, fake_export):
-    """A finished run run again with another average (other weights, the same step) or another
-    --export-dir exports a new version; the same weights to the same folder reuse theirs."""
+def test_other_weights_settings_or_export_dir_export_again(tmp_path, fake_export):
+    """A finished run run again with another average (other weights, the same step), other decoding
+    settings or another --export-dir exports a new version; the same to the same folder reuses
+    its version."""
     model = Transformer.from_preset("tiny", vocab_size=64)
     translator = Translator(model, b"unused")
     first = run.export_saved_model(translator, tmp_path, tmp_path / "exported", 10)
@@ -67,6 +69,9 @@ def test_other_weights_or_another_export_dir_export_again(tmp_path, fake_export)
     weight.assign(weight + 1.0)
     again = run.export_saved_model(translator, tmp_path, tmp_path / "elsewhere", 10)
     assert again == tmp_path / "elsewhere" / "2" and len(fake_export) == 3
+    wider = Translator(model, b"unused", DecodeConfig(beam_size=6), max_beam_size=8)
+    assert run.export_saved_model(wider, tmp_path, tmp_path / "elsewhere", 10) == tmp_path / "elsewhere" / "3"
+    assert run.export_saved_model(wider, tmp_path, tmp_path / "elsewhere", 10) == tmp_path / "elsewhere" / "3"
 
 
 def test_a_record_that_cannot_tell_the_weights_exports_again(tmp_path, fake_export):

@@ -381,9 +381,11 @@ def test_only_an_error_that_says_a_peer_is_gone_is_a_lost_worker(monkeypatch):
 
     monkeypatch.setattr(run, "num_workers", lambda strategy: 2)
     lost = tf.errors.InternalError(None, None, "RPC failed\nSocket closed: Connection reset by peer")
-    gpu = tf.errors.InternalError(None, None, "Blas GEMM launch failed : a.shape=(8, 512), b.shape=(512, 512)")
+    gpu = [tf.errors.InternalError(None, None, message) for message in (
+        "Blas GEMM launch failed : a.shape=(8, 512), b.shape=(512, 512)",
+        "CUDA error: the launch timed out and was terminated", "cuDNN launch failure : input shape ([8,512])")]
     assert run._peer_failed(tf.errors.DeadlineExceededError(None, None, "the collective timed out"), None)
-    assert run._peer_failed(lost, None) and not run._peer_failed(gpu, None)
+    assert run._peer_failed(lost, None) and not any(run._peer_failed(error, None) for error in gpu)
     assert "Connection reset by peer" in str(run._worker_lost(lost, "at step 7", pathlib.Path("/nowhere")))
     monkeypatch.setattr(run, "num_workers", lambda strategy: 1)  # one worker: every error as it is
     assert not run._peer_failed(lost, None)
