@@ -1,4 +1,4 @@
-"""Files written whole or not at all.
+"""Files written whole or not at all, and lines of text read and written as the corpora have them.
 
 A run killed while it writes a record (configs, the choice of best checkpoints, an export's record,
 translations) must leave the previous file or the new one, never half of one: the text goes to a

@@ -377,8 +377,10 @@ class Transformer(keras.Model):
         call), expecting them summed across replicas already; Keras 3 sums them later, inside the
         optimizer it wraps. An overflow on another replica alone would then reach the weights as
         inf / NaN, and the workers of several machines could disagree on whether to enter the
-        gradients' all-reduce. So the replicas agree first (an all-reduce of one scalar, how many
-        overflowed), and where any one did, every replica's gradients are made NaN: all skip.
+        gradients' all-reduce. So the replicas agree first (how many overflowed: one scalar, reduced
+        in a merge call; as a replica-context all-reduce, its collective took another instance on
+        some of 8 CPU replicas than on the others, and the 8-replica float16 test failed with a
+        shape mismatch), and where any one did, every replica's gradients are made NaN: all skip.
         (The train steps of this class; a model compiled with a loss of Keras' own trains with
         Keras' step, without this agreement.)"""
         replica_context = tf.distribute.get_replica_context()
@@ -386,7 +388,9 @@ class Transformer(keras.Model):
                 and replica_context.num_replicas_in_sync > 1):
             values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients if g is not None]
             finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in values]))
-            overflowed = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
+            overflowed = replica_context.merge_call(
+                lambda strategy, flag: strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None),
+                args=(1.0 - tf.cast(finite, tf.float32),))
             factor = tf.where(overflowed > 0.0, float("nan"), 1.0)
             gradients = [_times(g, factor) for g in gradients]
         self.optimizer.apply_gradients(zip(gradients, variables))

@@ -148,8 +148,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         step = self._step()
         if step % self.log_every_steps == 0 and step != self._logged_step:  # a skipped step stays
             self._log_training(step, logs)
-        last_of_epoch = batch + 1 == self.params["steps"]
-        if self.evaluate_at is not None and not last_of_epoch and self._due(step):
+        if self.evaluate_at is not None and batch + 1 != self.params["steps"] and self._due(step):
             # Only where a skipped step moved the epoch's end: evaluated here, not at that end.
             self.evaluate()
             self._reset_pending = True  # evaluate() reset the metrics: the training means start again
