@@ -14,22 +14,27 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, os.PathLike]
 
 
-def write_text_atomically(path: PathLike, text: str, encoding: str = "utf-8") -> pathlib.Path:
-    """Writes text to path through a temporary file named for this process (several processes may
+def write_bytes_atomically(path: PathLike, data: bytes) -> pathlib.Path:
+    """Writes data to path through a temporary file named for this process (several processes may
     write the same record), which then replaces path. Returns path. A path that exists and is no
     regular file of its own (a symlink, /dev/stdout, a pipe such as bash's >(...)) is written
     through as it is: replacing it would replace the link or the device."""
     path = pathlib.Path(path)
     if path.is_symlink() or (path.exists() and not path.is_file()):
-        path.write_text(text, encoding=encoding)
+        path.write_bytes(data)
         return path
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_text(text, encoding=encoding)
+        temporary.write_bytes(data)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
     return path
+
+
+def write_text_atomically(path: PathLike, text: str, encoding: str = "utf-8") -> pathlib.Path:
+    """Writes text to path as write_bytes_atomically writes bytes."""
+    return write_bytes_atomically(path, text.encode(encoding))
 
 
 def split_lines(data: bytes) -> list[bytes]:

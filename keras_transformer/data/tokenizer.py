@@ -28,7 +28,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.files import write_text_atomically
+from keras_transformer.files import write_bytes_atomically, write_text_atomically
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -187,9 +187,7 @@ def load_or_train_tokenizer(directory: os.PathLike, sentences: Optional[Iterable
     directory.mkdir(parents=True, exist_ok=True)
     # The settings first, then the model (each whole): a model on disk always has its settings.
     write_text_atomically(settings_path, json.dumps(settings.to_dict(), indent=2, sort_keys=True))
-    temporary = model_path.with_suffix(".tmp")
-    temporary.write_bytes(model_proto)
-    temporary.replace(model_path)  # never leave a half-written model to be reused
+    write_bytes_atomically(model_path, model_proto)  # never leave a half-written model to be reused
     tokenizer = SubwordTokenizer(model_proto)
     logger.info("trained SentencePiece model %s: %d pieces", model_path, tokenizer.vocab_size)
     return tokenizer

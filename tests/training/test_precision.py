@@ -135,24 +135,27 @@ def test_the_xla_compiled_step_matches_the_plain_step(policy, initial_weights, p
     _assert_same_step(compiled, plain, policy)
 
 
+def overflowing(logits, poisoned):
+    """logits as they are, whose gradient is inf where `poisoned` (a bool tensor) is True: an
+    injected float16 overflow (the loss itself stays finite, as it does when gradients overflow)."""
+    @tf.custom_gradient
+    def identity(logits):
+        def gradient(upstream):
+            return tf.where(poisoned, tf.constant(np.inf, upstream.dtype), upstream)
+        return tf.identity(logits), gradient
+
+    return identity(logits)
+
+
 class _PoisonedGradient(LabelSmoothedCrossEntropy):
-    """The paper's loss, whose gradient with respect to the logits is inf while `poisoned` is True:
-    an injected float16 overflow (the loss itself stays finite, as it does when gradients overflow)."""
+    """The paper's loss, whose gradient with respect to the logits is inf while `poisoned` is True."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.poisoned = tf.Variable(False, trainable=False)
 
     def sum_and_count(self, y_true, y_pred):
-        poisoned = tf.convert_to_tensor(self.poisoned)
-
-        @tf.custom_gradient
-        def identity(logits):
-            def gradient(upstream):
-                return tf.where(poisoned, tf.constant(np.inf, upstream.dtype), upstream)
-            return tf.identity(logits), gradient
-
-        return super().sum_and_count(y_true, identity(y_pred))
+        return super().sum_and_count(y_true, overflowing(y_pred, tf.convert_to_tensor(self.poisoned)))
 
 
 def test_an_overflowing_step_changes_nothing_but_the_loss_scale(initial_weights):
