@@ -69,6 +69,10 @@ class Corpus(abc.ABC):
             raise ValueError(f"{self.name}: split {split!r} has no sentence pairs")
         return tf.data.Dataset.from_tensor_slices((sources, targets))
 
+    def num_pairs(self, split: str) -> Optional[int]:
+        """How many pairs `split` holds, or None where that is not known without reading it."""
+        return None
+
     def user_defined_symbols(self) -> tuple[str, ...]:
         """Strings the shared vocabulary keeps as one piece each: none for text (a treebank's tree
         tokens for parsing)."""

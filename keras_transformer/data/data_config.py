@@ -35,6 +35,12 @@ class DataConfig(JsonConfig):
         segments before its position unread by the tokenizer, so a restart tokenizes at most one
         segment again; the last batch of each bucket in a segment may be partial. A segment of
         250,000 pairs of 37 target tokens took about 25 CPU-seconds to tokenize and batch (README, results).
+      stream_regions: a training corpus of more than one segment whose size is known (local files,
+        treebanks) is read from up to this many stretches of consecutive lines at once, one pair
+        from each in turn, cut anew every epoch; so every segment mixes pairs from all over the
+        files (e.g. files concatenated domain after domain, or sorted ones). 1: the files' order,
+        segment after segment. Costs about R / 2 + 1 readings of the text an epoch
+        (training/data_stream.py).
       seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
         The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
       num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.
@@ -62,14 +68,19 @@ class DataConfig(JsonConfig):
     bucket_growth: float = 1.1
     shuffle_buffer_size: int = 100_000
     segment_pairs: int = 250_000
+    stream_regions: int = 8
     seed: int = 0
     num_parallel_calls: int = -1
     subword_dropout: float = 0.0
     lowercase: bool = False
 
+    # For a data_config.json written before these fields existed: the values that read the data as
+    # those runs did (RunConfigs.check_resumable).
+    LEGACY_VALUES = {"stream_regions": 1}
+
     def __post_init__(self):
         positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",
-                    "shuffle_buffer_size", "segment_pairs")
+                    "shuffle_buffer_size", "segment_pairs", "stream_regions")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"DataConfig.{name} must be positive, got {getattr(self, name)}")

@@ -1,10 +1,20 @@
 """The training batches as an endless stream of epochs that a restarted run can re-enter exactly and fast.
 
-An epoch is read in segments of config.segment_pairs consecutive training pairs. Segment k of epoch
-e is permuted at random by stateless random ops seeded with (seed, e, k), then tokenized, bucketed
-and batched by `keras_transformer.data.make_dataset` on its own: a segment's batches depend on its
-pairs only (its last batch of each bucket may be partial), and the order is a pure function of
-(seed, e): nothing depends on how many epochs the process has seen.
+An epoch is read in segments of config.segment_pairs consecutive pairs of the epoch's pair stream.
+Segment k of epoch e is permuted at random by stateless random ops seeded with (seed, e, k), then
+tokenized, bucketed and batched by `keras_transformer.data.make_dataset` on its own: a segment's
+batches depend on its pairs only (its last batch of each bucket may be partial), and the order is a
+pure function of (seed, e): nothing depends on how many epochs the process has seen.
+
+The epoch's pair stream: a corpus of one segment or less is read in its own order. A larger one
+whose size is known (local files) is cut into R = min(config.stream_regions, its segments) regions
+of consecutive lines, read side by side, one pair from each region in turn, so every segment holds
+pairs from all over the files, not one stretch of them: files concatenated domain after domain
+(Europarl, then CommonCrawl, ...) or sorted files would otherwise give segments, and the steps
+trained on them, one domain or one end of the sort at a time. The files are taken as a circle that
+starts, each epoch, at a pair drawn with (seed, e), and cut there into the R regions. Regions cost
+reading: a region starts only after the text before it is read (by R parallel readers), about
+R / 2 + 1 readings of the corpus's text an epoch instead of one.
 Each batch carries its position, (e, k, index of the batch in segment k), and the training step
 records the position of the last batch it consumed in a DataPosition, saved with every checkpoint.
 A run that restarts from a checkpoint rebuilds the stream from epoch e, drops the k segments
@@ -90,11 +100,42 @@ def _permuted(sources, targets, seed):
     return tf.gather(sources, order), tf.gather(targets, order)
 
 
-def _epoch_batches(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, epoch,
-                   first_segment, skip, scored) -> tf.data.Dataset:
+def stream_regions(num_pairs: Optional[int], config: DataConfig) -> int:
+    """How many regions an epoch's pairs are read from side by side (see the module docstring)."""
+    if num_pairs is None:
+        return 1
+    return max(1, min(config.stream_regions, -(-num_pairs // config.segment_pairs)))
+
+
+def _mixed_pairs(pairs: tf.data.Dataset, num_pairs: int, regions: int, seed) -> tf.data.Dataset:
+    """`pairs` (num_pairs of them) as a circle that starts at a pair drawn with `seed` (2,), cut into
+    `regions` stretches of consecutive pairs, read side by side, one pair from each in turn."""
+    bounds = [region * num_pairs // regions for region in range(regions + 1)]
+    lengths = tf.constant([end - start for start, end in zip(bounds[:-1], bounds[1:])], tf.int64)
+    rotation = tf.random.stateless_uniform([], seed=seed, minval=None, maxval=None, dtype=tf.int64)
+    starts = tf.math.floormod(tf.constant(bounds[:-1], tf.int64) + tf.math.floormod(rotation, num_pairs),
+                              num_pairs)
+
+    def region_pairs(region):
+        start, length = starts[region], lengths[region]
+        before_end = tf.minimum(length, num_pairs - start)  # the rest wraps around to the first pairs
+        return pairs.skip(start).take(before_end).concatenate(pairs.take(length - before_end))
+
+    return tf.data.Dataset.range(regions).interleave(
+        plain(region_pairs), cycle_length=regions, block_length=1, num_parallel_calls=regions, deterministic=True)
+
+
+def _epoch_batches(pairs: tf.data.Dataset, num_pairs: Optional[int], tokenizer: SubwordTokenizer,
+                   config: DataConfig, epoch, first_segment, skip, scored) -> tf.data.Dataset:
     """Epoch `epoch` (an int64 scalar tensor) from batch `skip` of segment `first_segment` on: its
-    batches, each with its position; scored as for make_dataset."""
+    batches, each with its position; scored as for make_dataset. num_pairs: how many pairs `pairs`
+    holds, or None if unknown (read in its own order)."""
     epoch_seed = tf.stack([tf.constant(config.seed, tf.int64), tf.cast(epoch, tf.int64)])
+    regions = stream_regions(num_pairs, config)
+    if regions > 1:
+        # Segments fold in their index (< 2^24); the circle's start takes another stream.
+        pairs = _mixed_pairs(pairs, num_pairs, regions,
+                             tf.random.experimental.stateless_fold_in(epoch_seed, _FIELD))
 
     def segment_batches(segment, block):
         shuffled = tf.data.Dataset.from_tensor_slices(
@@ -125,6 +166,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
         elements of this worker's replicas (see the module docstring).
     """
     pairs = corpus.dataset("train")
+    num_pairs = corpus.num_pairs("train")
     scored = scored_pieces(tokenizer, corpus)
     first_epoch = tf.constant(start_epoch, tf.int64)
     first_segment, skip = tf.constant(start_segment, tf.int64), tf.constant(start_batch, tf.int64)
@@ -132,7 +174,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
 
     def epoch_fn(epoch):
         resumed = tf.equal(epoch, first_epoch)
-        return _epoch_batches(pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
+        return _epoch_batches(pairs, num_pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
                               tf.where(resumed, skip, zero), scored)
 
     stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(plain(epoch_fn))

@@ -155,8 +155,10 @@ class RunConfigs:
             path = workdir / self.FILENAMES[name]
             if not path.exists():
                 continue
-            saved = json.loads(path.read_text())
-            current = json.loads(getattr(self, name).to_json())
+            config = getattr(self, name)
+            # A field added since the workdir was made counts as the value that did what runs did then.
+            saved = {**getattr(config, "LEGACY_VALUES", {}), **json.loads(path.read_text())}
+            current = json.loads(config.to_json())
             changed = {key: (saved.get(key), current.get(key)) for key in set(saved) | set(current)
                        if saved.get(key) != current.get(key)}
             differences = ", ".join(f"{key}: {old!r} in the workdir, {new!r} now"

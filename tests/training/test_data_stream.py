@@ -3,6 +3,7 @@
 A streamed local corpus of 600 pairs in segments of 128 pairs (5 segments an epoch, the last one
 short), read over more than two epochs, restarted after every consumed batch.
 """
+import collections
 import dataclasses
 
 import numpy as np
@@ -104,3 +105,41 @@ def test_the_stream_has_no_autotuning_model_thread(corpus_and_tokenizer):
     for accumulate_steps in (1, 4):
         stream = training_stream(corpus, tokenizer, CONFIG, accumulate_steps=accumulate_steps)
         assert stream.options().autotune.enabled is False
+
+
+def _segment_lines(corpus, tokenizer, config, until):
+    """{(epoch, segment): [line index of each source in the file]} for the stream before `until`."""
+    lines = {source.encode(): index for index, (source, _) in enumerate(corpus.pairs("train"))}
+    assert len(lines) == NUM_PAIRS  # every source names its line
+    segments = {}
+    for (epoch, segment, _), (source, _, _) in _elements(training_stream(corpus, tokenizer, config), until=until):
+        rows = [list(row[row > 0][:-1]) for row in source]  # without EOS
+        texts = tokenizer.detokenize(tf.ragged.constant(rows)).numpy()
+        segments.setdefault((epoch, segment), []).extend(lines[text] for text in texts)
+    return segments
+
+
+def test_segments_mix_pairs_from_all_over_the_files(corpus_and_tokenizer):
+    """600 pairs in segments of 128: 5 regions of 120 lines, read one pair from each in turn. The
+    regions are arcs of the files taken as a circle, so each 120-line block of the file meets every
+    segment as often as a region does."""
+    corpus, tokenizer = corpus_and_tokenizer
+    segments = _segment_lines(corpus, tokenizer, CONFIG, until=(2, 0, 0))
+    assert sorted(segments) == [(epoch, segment) for epoch in (0, 1) for segment in range(5)]
+    for (epoch, segment), lines in segments.items():
+        per_region = collections.Counter(line // 120 for line in lines)
+        # Round robin over 5 regions: a full segment holds 25 or 26 pairs of each, the last (88) 17 or 18.
+        wanted = (25, 26) if segment < 4 else (17, 18)
+        assert sorted(per_region) == [0, 1, 2, 3, 4], (epoch, segment, per_region)
+        assert all(wanted[0] <= count <= wanted[1] for count in per_region.values()), (epoch, segment, per_region)
+    for epoch in (0, 1):
+        assert sorted(line for segment in range(5) for line in segments[epoch, segment]) == list(range(NUM_PAIRS))
+    # Each region starts at a line drawn anew every epoch: segment 0 holds other pairs in epoch 1.
+    assert set(segments[0, 0]) != set(segments[1, 0])
+
+
+def test_one_region_reads_the_files_in_their_order(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    segments = _segment_lines(corpus, tokenizer, dataclasses.replace(CONFIG, stream_regions=1), until=(1, 0, 0))
+    for segment in range(5):
+        assert sorted(segments[0, segment]) == list(range(128 * segment, min(NUM_PAIRS, 128 * (segment + 1))))

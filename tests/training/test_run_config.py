@@ -1,5 +1,6 @@
 """The run's configs: presets, --set overrides and their errors, the micro-batch budget, fit segments."""
 import dataclasses
+import json
 
 import pytest
 
@@ -116,3 +117,15 @@ def test_written_configs_read_back_and_guard_resumption(tmp_path):
     other_model = apply_overrides(configs, ["d_model=128"])
     with pytest.raises(ValueError, match=r"model_config.json differs .*d_model: 64 in the workdir, 128 now"):
         other_model.check_resumable(tmp_path)
+
+
+def test_a_workdir_from_before_a_data_field_resumes_only_as_it_read_the_data(tmp_path):
+    """data.stream_regions came after runs that read their files in order: such a run resumes with 1."""
+    configs = preset_configs("tiny", "numbers")
+    configs.write(tmp_path)
+    saved = json.loads((tmp_path / "data_config.json").read_text())
+    del saved["stream_regions"]
+    (tmp_path / "data_config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"data_config.json differs .*stream_regions: 1 in the workdir, 8 now"):
+        configs.check_resumable(tmp_path)
+    apply_overrides(configs, ["data.stream_regions=1"]).check_resumable(tmp_path)
