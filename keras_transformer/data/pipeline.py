@@ -234,6 +234,26 @@ def count_over_length(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, confi
     return num_pairs, num_over
 
 
+def check_some_pair_fits(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig, name: str):
+    """Raises ValueError if no pair of `pairs` fits config.max_length (pairs are dropped, not
+    truncated): training would otherwise wait for a batch for ever. Reads up to the first chunk
+    that holds a pair that fits, usually the first one."""
+    if config.truncate_long_pairs:
+        return
+    max_tokens = config.max_length - 1
+
+    def fits(sources, targets):
+        source, target = _tokenize_chunk(tokenizer, sources, targets)
+        return tf.reduce_any(tf.maximum(source.row_lengths(), target.row_lengths()) <= max_tokens)
+
+    found = pairs.batch(CHUNK_SIZE).map(plain(fits)).filter(plain(lambda fit: fit)).take(1)
+    if not list(found):
+        raise ValueError(f"{name}: no training pair fits data.max_length={config.max_length}: every one has a "
+                         f"source or target of more than {max_tokens} pieces, and such pairs are dropped. Raise "
+                         f"data.max_length, or set data.truncate_long_pairs=true to cut them. (Lines end at \\n "
+                         f"only: a file whose lines end in a lone \\r reads as one line.)")
+
+
 def pipeline_statistics(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: DataConfig,
                         *, training: bool = True) -> PipelineStatistics:
     """Runs one epoch of the pipeline over `pairs` and counts pairs, batches and tokens."""

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from keras_transformer.config import TrainConfig
 from keras_transformer.data import DataConfig, load_or_train_tokenizer, make_corpus_dataset
+from keras_transformer.data.pipeline import check_some_pair_fits
 from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
 from keras_transformer.files import write_lines, write_text_atomically
 from keras_transformer.model import Transformer
@@ -192,6 +193,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     """model.fit from the restored step to train_steps, or until early stopping; returns the monitor's
     evaluations and whether it stopped early."""
     run, data = configs.run, configs.data
+    check_some_pair_fits(corpus.dataset("train"), tokenizer, data, corpus.name)
     validation = strategy.distribute_datasets_from_function(
         lambda context: make_corpus_dataset(corpus, "validation", tokenizer, data, training=False,
                                             input_context=context))

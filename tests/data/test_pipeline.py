@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data.data_config import DataConfig
-from keras_transformer.data.pipeline import (bucket_batch_sizes, bucket_boundaries, count_over_length,
+from keras_transformer.data.pipeline import (bucket_batch_sizes, bucket_boundaries, check_some_pair_fits,
+                                             count_over_length,
                                              make_corpus_dataset, make_dataset,
                                              make_distributed_dataset, pipeline_statistics)
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -193,3 +194,14 @@ def test_subword_dropout_resplits_training_pairs_only(numbers_corpus, numbers_to
     validation = make_corpus_dataset(numbers_corpus, "validation", numbers_tokenizer, config)
     assert (collections.Counter(row for batch in validation for row in _rows(batch))
             == collections.Counter(_expected_rows(numbers_corpus, "validation", numbers_tokenizer)))
+
+
+def test_training_refuses_a_corpus_where_no_pair_fits(numbers_corpus, numbers_tokenizer):
+    """The stream drops over-length pairs; with none left it would wait for a batch for ever."""
+    pairs = numbers_corpus.dataset("validation")
+    check_some_pair_fits(pairs, numbers_tokenizer, dataclasses.replace(SMALL, max_length=12), "numbers")
+    too_short = dataclasses.replace(SMALL, max_length=2, tokens_per_batch=120)
+    assert count_over_length(pairs, numbers_tokenizer, too_short)[1] == len(list(numbers_corpus.pairs("validation")))
+    with pytest.raises(ValueError, match=r"numbers: no training pair fits data.max_length=2: .* more than 1 pieces"):
+        check_some_pair_fits(pairs, numbers_tokenizer, too_short, "numbers")
+    check_some_pair_fits(pairs, numbers_tokenizer, dataclasses.replace(too_short, truncate_long_pairs=True), "numbers")
