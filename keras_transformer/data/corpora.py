@@ -20,8 +20,9 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.text_files import (CorpusFormatError, aligned_pairs, check_aligned_files, check_tsv,
-                                               holdout_indices, iterate_pairs, remembered_check, tsv_pairs)
+from keras_transformer.data.text_files import (LINES_PER_BATCH, CorpusFormatError, aligned_pairs,
+                                               check_aligned_files, check_tsv, holdout_indices, iterate_pairs,
+                                               remembered_check, tsv_pairs)
 from keras_transformer.tracing import plain
 
 SPLITS = ("train", "validation", "test")
@@ -152,6 +153,7 @@ class LocalParallelCorpus(Corpus):
         self.skipped_empty: dict[str, int] = {}
         self._num_pairs: dict[str, int] = {}
         self._holdout: Optional[dict[str, np.ndarray]] = None  # sorted int64 pair indices
+        self._held_out_cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def _entries(self, split: str) -> list[FileEntry]:
         split_files = self.files[split]
@@ -216,18 +218,31 @@ class LocalParallelCorpus(Corpus):
             raise ValueError(f"{self.name}: split {split!r} has no sentence pairs")
         if self.holdout is None:
             pairs = self._file_pairs(split)
+        elif split == "train":
+            held_out = self._holdout["held_out"]
+            pairs = (self._file_pairs("train").enumerate()
+                     .filter(plain(lambda index, pair: tf.logical_not(_is_in(index, held_out))))
+                     .map(plain(lambda index, pair: pair)))
         else:
-            pairs = self._file_pairs("train").enumerate()
-            if split == "train":
-                held_out = self._holdout["held_out"]
-                pairs = pairs.filter(plain(lambda index, pair: tf.logical_not(_is_in(index, held_out))))
-            else:
-                chosen = self._holdout[split]
-                pairs = pairs.filter(plain(lambda index, pair: _is_in(index, chosen)))
-            pairs = pairs.map(plain(lambda index, pair: pair))
+            pairs = tf.data.Dataset.from_tensor_slices(self._held_out_pairs(split))
         if self.reverse:
             pairs = pairs.map(plain(lambda source, target: (target, source)))
         return pairs
+
+    def _held_out_pairs(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """The (sources, targets) held out of train for `split`, read from the files once and then
+        kept in memory (there are holdout[0] or holdout[1] of them): every evaluation reads them."""
+        if split not in self._held_out_cache:
+            chosen = self._holdout[split]
+            pairs = (self._file_pairs("train").enumerate()
+                     .filter(plain(lambda index, pair: _is_in(index, chosen)))
+                     .map(plain(lambda index, pair: pair)))
+            sources, targets = [], []
+            for source, target in pairs.batch(LINES_PER_BATCH).as_numpy_iterator():
+                sources.append(source)
+                targets.append(target)
+            self._held_out_cache[split] = (np.concatenate(sources), np.concatenate(targets))
+        return self._held_out_cache[split]
 
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:
         check_split(split)

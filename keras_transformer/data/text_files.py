@@ -42,8 +42,8 @@ LINES_PER_BATCH = 8192
 
 # The characters Python's str.strip() removes (str.isspace()): ASCII \t-\r, \x1c-\x20, \x85 and the
 # Unicode separators Zs, Zl, Zp. RE2's \s alone is ASCII only.
-_WHITESPACE = r"[\t-\r\x{1c}-\x{20}\x{85}\p{Z}]"
-_SURROUNDING_WHITESPACE = f"^{_WHITESPACE}+|{_WHITESPACE}+$"
+WHITESPACE = r"[\t-\r\x{1c}-\x{20}\x{85}\p{Z}]"
+_SURROUNDING_WHITESPACE = f"^{WHITESPACE}+|{WHITESPACE}+$"
 
 
 class CorpusFormatError(ValueError):
@@ -65,11 +65,14 @@ def strip_whitespace(texts: tf.Tensor) -> tf.Tensor:
 
 def _lines(path: PathLike) -> tf.data.Dataset:
     """The lines of a file split at "\\n", as tf.string scalars; TensorFlow drops every "\\r" (of
-    "\\r\\n" ends, and inside a line too: keras_transformer.files.split_lines reads as it does)."""
+    "\\r\\n" ends, and inside a line too), and a byte-order mark that starts the file is dropped:
+    keras_transformer.files.split_lines reads as this does."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")
-    return tf.data.TextLineDataset(str(path))
+    lines = tf.data.TextLineDataset(str(path))
+    first = lines.take(1).map(plain(lambda line: tf.strings.regex_replace(line, "^\ufeff", "")))
+    return first.concatenate(lines.skip(1))
 
 
 def _first(condition: tf.Tensor) -> tf.Tensor:

@@ -100,6 +100,18 @@ def test_holdout_splits_are_disjoint_cover_everything_and_follow_the_seed(tmp_pa
     assert list(other.pairs("test")) != splits["test"]
 
 
+def test_held_out_pairs_are_read_from_the_files_once(tmp_path):
+    """Every evaluation reads the validation split: a pass over all of train each time before."""
+    tsv = write_text(tmp_path / "all.tsv", [f"sentence {i}\tSatz {i}" for i in range(50)])
+    corpus = LocalParallelCorpus({"train": tsv}, holdout=(5, 7), seed=3, reverse=True)
+    validation = list(corpus.pairs("validation"))
+    assert len(validation) == 5 and all(source.startswith("Satz") for source, _ in validation)
+    write_text(tsv, [f"other {i}\tanderer {i}" for i in range(50)])  # not read again
+    assert list(corpus.pairs("validation")) == validation
+    assert [(s.numpy().decode(), t.numpy().decode()) for s, t in corpus.dataset("validation")] == validation
+    assert list(corpus.pairs("test"))[0][0].startswith("anderer")  # test had not been read yet
+
+
 def test_local_spec_parses_aligned_tsv_and_multiple_entries(tmp_path):
     write_text(tmp_path / "a.en", ["one"])
     write_text(tmp_path / "a.de", ["eins"])

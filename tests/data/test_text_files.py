@@ -97,3 +97,21 @@ def test_a_check_is_remembered_while_the_files_are_unchanged(tmp_path, monkeypat
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     with pytest.raises(CorpusFormatError, match=rf"{target}:3: invalid UTF-8"):
         LocalParallelCorpus(files).num_pairs("train")
+
+
+def test_a_byte_order_mark_that_starts_a_file_is_not_text(tmp_path):
+    """As files.split_lines reads the test sets; before, the first training source kept U+FEFF."""
+    source = write_text(tmp_path / "bom.en", "\ufeffhello\n\ufeffsecond\n".encode())
+    target = write_text(tmp_path / "bom.de", "\ufeffhallo\nzweite\n".encode())
+    tsv = write_text(tmp_path / "bom.tsv", "\ufeffhello\thallo\n".encode())
+    only_bom = write_text(tmp_path / "only.en", "\ufeff\nthird\n".encode())
+    third = write_text(tmp_path / "only.de", "dritte\ndritte\n".encode())
+    corpus = LocalParallelCorpus({"train": [(source, target), tsv, (only_bom, third)]})
+    # Only the file's first character goes: a U+FEFF that starts a later line is kept.
+    assert list(corpus.pairs("train")) == [("hello", "hallo"), ("\ufeffsecond", "zweite"), ("hello", "hallo"),
+                                           ("third", "dritte")]
+    assert corpus.skipped_empty["train"] == 1
+    # An invalid first line is still reported as it is.
+    bad = write_text(tmp_path / "bad.en", b"\xef\xbb\xbfcaf\xe9\n")
+    with pytest.raises(CorpusFormatError, match=rf"{bad}:1: invalid UTF-8"):
+        LocalParallelCorpus({"train": (bad, third)}).num_pairs("train")
