@@ -118,7 +118,8 @@ def candidates(configs, workdir, averaged_weights, count):
     from keras_transformer.training.run import load_averaged_model
 
     paths = last_checkpoints(workdir, count)
-    yield "averaged", load_averaged_model(configs, averaged_weights), pathlib.Path(paths[-1] + ".index")
+    latest = last_checkpoints(workdir, 1)[-1]
+    yield "averaged", load_averaged_model(configs, averaged_weights), pathlib.Path(latest + ".index")
     for path in reversed(paths):
         model = Transformer(configs.model)
         model.build()

@@ -72,6 +72,8 @@ def main(argv=None):
             raise FileNotFoundError(f"input file not found: {args.input}")
         if args.output is not None and not args.output.parent.is_dir():
             raise FileNotFoundError(f"output directory not found: {args.output.parent}")
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
         kind, path = resolve_model(args)
         lines = split_lines(args.input.read_bytes() if args.input else sys.stdin.buffer.read())
         parse_batch = workdir_parser(path, args.checkpoint) if kind == "workdir" else saved_model_parser(path)

@@ -50,6 +50,7 @@ import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer.config import EOS_ID, PAD_ID, DecodeConfig
+from keras_transformer.data.text_files import WHITESPACE
 from keras_transformer.decoding.beam_search import gather_rows
 from keras_transformer.export import HOST, Translator, _valid_utf8
 from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK, trees_from_labels
@@ -500,7 +501,10 @@ class Parser(Translator):
 
     def _parse(self, inputs):
         """(trees (B,), scores (B,), linearized trees (B,)) of raw sentences (B,)."""
-        words = tf.strings.split(tf.strings.strip(_valid_utf8(inputs)))  # (B, None)
+        # Words are separated by whitespace as Python's str.split() sees it (pipelines.parse and the
+        # repairs split so); tf.strings.split alone splits at ASCII whitespace only.
+        spaced = tf.strings.regex_replace(_valid_utf8(inputs), f"{WHITESPACE}+", " ")
+        words = tf.strings.split(tf.strings.strip(spaced))  # (B, None)
         word_counts = tf.cast(words.row_lengths(), tf.int32)
         # The words as the treebank writes them, so the model reads what it was trained on.
         source_ids, is_empty = self._source_ids(tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))

@@ -24,11 +24,12 @@ logger = logging.getLogger(__name__)
 
 
 def last_checkpoints(workdir, count: int) -> list[str]:
-    """Paths of the last `count` checkpoints of a run (oldest first), as its CheckpointManager lists them."""
+    """Paths of the last `count` checkpoints of a run (oldest first), as its CheckpointManager lists
+    them; none for a count of 0."""
     state = tf.train.get_checkpoint_state(str(checkpoint_directory(workdir)))
     if state is None or not state.all_model_checkpoint_paths:
         raise FileNotFoundError(f"no checkpoints in {checkpoint_directory(workdir)}")
-    return list(state.all_model_checkpoint_paths)[-count:]
+    return list(state.all_model_checkpoint_paths)[-count:] if count > 0 else []
 
 
 def average_checkpoints(model: Transformer, checkpoint_paths: Sequence[str]) -> Transformer:

@@ -14,7 +14,7 @@ from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from pipelines import toy_treebank as toy_treebank_command
-from pipelines import train_parser
+from pipelines import parse, train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
 from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
 
@@ -124,3 +124,14 @@ def test_the_toy_treebank_command_writes_the_sizes_it_is_given(tmp_path, capsys)
     with pytest.raises(SystemExit):
         toy_treebank_command.main(["--output", str(tmp_path / "bad"), "--dev", "0"])
     assert "--dev: must be at least 1; got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch_size", ["0", "-1"])
+def test_parse_refuses_a_batch_size_below_one(tmp_path, capsys, batch_size):
+    """-1 made no batch at all: every answer empty, then "repaired" into a flat tree, exit 0."""
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("a b\n")
+    with pytest.raises(SystemExit) as exit_info:
+        parse.main(["--model", str(tmp_path / "no-run"), "--input", str(sentences), "--batch-size", batch_size])
+    assert exit_info.value.code == 2
+    assert f"error: --batch-size must be >= 1, got {batch_size}" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import tensorflow as tf
 from keras_transformer.config import TransformerConfig
 from keras_transformer.export import restore_checkpoint
 from keras_transformer.model import Transformer
-from keras_transformer.training.averaging import average_run
+from keras_transformer.training.averaging import average_run, last_checkpoints
 from keras_transformer.training.best_checkpoints import (ValidationRecord, ValidationSelection, best_checkpoints,
                                                          best_directory, selection_path)
 from keras_transformer.training.checkpointing import RunCheckpoint, checkpoint_directory, checkpoint_step
@@ -105,6 +105,8 @@ def test_best_checkpoints_survive_the_rotation_of_the_latest(selected_run):
     paths = best_checkpoints(workdir, 2)
     assert [checkpoint_step(path) for path in paths] == [40, 50]
     np.testing.assert_array_equal(_weights(paths[0])[0], 40.0)  # the weights of step 40, not another's
+    assert [checkpoint_step(path) for path in last_checkpoints(workdir, 1)] == [60]
+    assert last_checkpoints(workdir, 0) == []  # not all of them, as [-0:] gives
     saved = json.loads(selection_path(workdir).read_text())
     assert saved["measure"] == "loss" and saved["since_improvement"] == 2
     assert [entry["step"] for entry in saved["best"]] == [40, 50]
