@@ -8,7 +8,9 @@ builds `training_stream` from it as a restarted run does and times the first bat
 cost of getting there: the segments before the position are dropped as text, the batches of its
 own segment before it are tokenized and skipped. Positions: the epoch's start, its middle, the
 start of its last segment, and beyond the last batch of its last segment (the worst case: a whole
-segment tokenized and skipped, then the next epoch's first batch).
+segment tokenized and skipped, then the next epoch's first batch). With data.stream_regions > 1 (the
+default) each position also waits for the regions' readers to read the text before their starts
+(`--stream-regions 1`: the files' order).
 
 Before segments, a restart tokenized every pair before the position: `full_epoch_seconds_estimate`
 is the epoch's pairs at the measured tokenization rate of one segment, what re-entering at the end of
@@ -32,6 +34,8 @@ def parse_args():
     parser.add_argument("--workdir", default="/tmp/kt_corpus_scale")
     parser.add_argument("--segment-pairs", type=int, default=None,
                         help="DataConfig.segment_pairs (default: DataConfig's)")
+    parser.add_argument("--stream-regions", type=int, default=None,
+                        help="DataConfig.stream_regions (default: DataConfig's; 1: the files' order)")
     return parser.parse_args()
 
 
@@ -61,8 +65,9 @@ def main():
     source, target = _prefix_corpus(workdir, args.pairs)
     learn_vocabulary(workdir, (source, target))
     configs = _configs(f"train={source},{target}")
-    data = configs.data if args.segment_pairs is None else dataclasses.replace(configs.data,
-                                                                                segment_pairs=args.segment_pairs)
+    overrides = {name: value for name, value in (("segment_pairs", args.segment_pairs),
+                                                 ("stream_regions", args.stream_regions)) if value is not None}
+    data = dataclasses.replace(configs.data, **overrides)
     corpus = get_corpus(data.dataset)
     started = time.perf_counter()
     num_pairs = corpus.num_pairs("train")  # the files' check, once per process
@@ -90,7 +95,8 @@ def main():
     pairs_per_second = pairs_in_batches / segment_seconds
     emit(task="stream_reentry", what="one segment tokenized and batched", segment_pairs=data.segment_pairs,
          pairs=pairs_in_batches, target_tokens_per_pair=round(tokens / pairs_in_batches, 1),
-         seconds=round(segment_seconds, 1), pairs_per_second=round(pairs_per_second),
+         stream_regions=data.stream_regions, seconds=round(segment_seconds, 1),
+         pairs_per_second=round(pairs_per_second),
          full_epoch_seconds_estimate=round(num_pairs / pairs_per_second, 1),
          own_cpu_seconds=round(own_cpu, 1), others_cpu_seconds=round(others_cpu, 1))
     positions = {"epoch start": (0, 0), "middle": (num_segments // 2, 0), "last segment's start": (last, 0),
@@ -98,7 +104,8 @@ def main():
     for name, (segment, batch) in positions.items():
         seconds, own_cpu, others_cpu = timed(lambda: first_batch(segment, batch))
         emit(task="stream_reentry", position=name, epoch_pairs=num_pairs, segment=segment, batch=batch,
-             segment_pairs=data.segment_pairs, seconds_to_first_batch=round(seconds, 1),
+             segment_pairs=data.segment_pairs, stream_regions=data.stream_regions,
+             seconds_to_first_batch=round(seconds, 1),
              own_cpu_seconds=round(own_cpu, 1), others_cpu_seconds=round(others_cpu, 1))
         log(f"re-entry at {name} (segment {segment} of {num_segments}, batch {batch}): {seconds:.1f} s")
 
