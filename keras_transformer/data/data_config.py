@@ -39,7 +39,7 @@ class DataConfig(JsonConfig):
         treebanks) is read from up to this many stretches of consecutive lines at once, one pair
         from each in turn, cut anew every epoch; so every segment mixes pairs from all over the
         files (e.g. files concatenated domain after domain, or sorted ones). 1: the files' order,
-        segment after segment. Costs about R / 2 + 1 readings of the text an epoch
+        segment after segment. Costs about R / 2 raw readings of the text an epoch
         (training/data_stream.py).
       seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
         The vocabulary's sample has its own fixed seed, so runs that differ only here share it.

@@ -12,15 +12,18 @@ of consecutive lines, read side by side, one pair from each region in turn, so e
 pairs from all over the files, not one stretch of them: files concatenated domain after domain
 (Europarl, then CommonCrawl, ...) or sorted files would otherwise give segments, and the steps
 trained on them, one domain or one end of the sort at a time. The files are taken as a circle that
-starts, each epoch, at a pair drawn with (seed, e), and cut there into the R regions. Regions cost
-reading: a region starts only after the text before it is read (by R parallel readers), about
-R / 2 + 1 readings of the corpus's text an epoch instead of one.
+starts, each epoch, at a pair drawn with (seed, e), and cut there into the R regions. A region
+reaches its first pair by skipping the lines before it as raw text (`Corpus.pairs_from`: in a
+file with no skipped line, pair i is line i), about R / 2 raw readings of the files an epoch
+besides the one that makes the pairs.
+
 Each batch carries its position, (e, k, index of the batch in segment k), and the training step
 records the position of the last batch it consumed in a DataPosition, saved with every checkpoint.
-A run that restarts from a checkpoint rebuilds the stream from epoch e, drops the k segments
-before the position as text (they are read, never tokenized), then skips the batches of segment k
-already consumed. So a restart tokenizes at most one segment again, wherever the position is in
-the epoch, and sees exactly the batches the uninterrupted run would have seen next.
+A run that restarts from a checkpoint rebuilds the stream from epoch e, skips the pairs of the k
+segments before the position (each region skips the pairs of it those segments held; skipped as
+raw lines where it can, never tokenized), then skips the batches of segment k already consumed.
+So a restart tokenizes at most one segment again, wherever the position is in the epoch, and sees
+exactly the batches the uninterrupted run would have seen next.
 
 With DataConfig.subword_dropout > 0 (BPE-dropout) the pairs and their order are still that function
 of (seed, e, k), but their pieces are not: SentencePiece samples from its own generator, which
@@ -107,35 +110,67 @@ def stream_regions(num_pairs: Optional[int], config: DataConfig) -> int:
     return max(1, min(config.stream_regions, -(-num_pairs // config.segment_pairs)))
 
 
-def _mixed_pairs(pairs: tf.data.Dataset, num_pairs: int, regions: int, seed) -> tf.data.Dataset:
-    """`pairs` (num_pairs of them) as a circle that starts at a pair drawn with `seed` (2,), cut into
-    `regions` stretches of consecutive pairs, read side by side, one pair from each in turn."""
+def _region_progress(consumed, lengths: list[int]):
+    """After `consumed` (an int64 scalar tensor, fewer than sum(lengths)) pairs of the regions'
+    round robin, read one pair from each region in turn (region 0 first) while it has any:
+    ((R,) pairs read from each region, the region the next pair comes from). The lengths differ by
+    at most 1."""
+    regions, shortest = len(lengths), min(lengths)
+    longer = [length > shortest for length in lengths]
+    # The longer regions' ranks among themselves (their last pairs come after all full rounds).
+    ranks = [sum(longer[:region]) if longer[region] else regions for region in range(regions)]
+    indices = tf.range(regions, dtype=tf.int64)
+    in_rounds = tf.minimum(consumed, regions * shortest)
+    read = in_rounds // regions + tf.cast(indices < in_rounds % regions, tf.int64)
+    after_rounds = consumed - in_rounds  # pairs read from the longer regions' last ones
+    read += tf.cast(tf.constant(ranks, tf.int64) < after_rounds, tf.int64)
+    longer_regions = tf.constant([region for region in range(regions) if longer[region]] or [0], tf.int64)
+    following = tf.where(consumed < regions * shortest, consumed % regions,
+                         tf.gather(longer_regions, tf.minimum(after_rounds, tf.size(longer_regions, tf.int64) - 1)))
+    return read, following
+
+
+def _mixed_pairs(pairs_from, num_pairs: int, regions: int, seed, consumed) -> tf.data.Dataset:
+    """The epoch's pairs (num_pairs of them, `pairs_from(i)` those from pair i on) as a circle that
+    starts at a pair drawn with `seed` (2,), cut into `regions` stretches of consecutive pairs, read
+    side by side, one pair from each in turn; from pair `consumed` (int64 scalar) of that order on.
+    Each stretch skips the pairs of it already read, so none is made twice."""
     bounds = [region * num_pairs // regions for region in range(regions + 1)]
-    lengths = tf.constant([end - start for start, end in zip(bounds[:-1], bounds[1:])], tf.int64)
+    lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
     rotation = tf.random.stateless_uniform([], seed=seed, minval=None, maxval=None, dtype=tf.int64)
     starts = tf.math.floormod(tf.constant(bounds[:-1], tf.int64) + tf.math.floormod(rotation, num_pairs),
                               num_pairs)
+    read, following = _region_progress(consumed, lengths)
+    lengths = tf.constant(lengths, tf.int64)
 
     def region_pairs(region):
-        start, length = starts[region], lengths[region]
-        before_end = tf.minimum(length, num_pairs - start)  # the rest wraps around to the first pairs
-        return pairs.skip(start).take(before_end).concatenate(pairs.take(length - before_end))
+        position = tf.math.floormod(starts[region] + read[region], num_pairs)
+        left = lengths[region] - read[region]
+        before_end = tf.minimum(left, num_pairs - position)  # the rest wraps around to the first pairs
+        return pairs_from(position).take(before_end).concatenate(pairs_from(tf.constant(0, tf.int64))
+                                                                  .take(left - before_end))
 
-    return tf.data.Dataset.range(regions).interleave(
+    # The round robin goes on from the region whose turn it is.
+    order = tf.roll(tf.range(regions, dtype=tf.int64), shift=-tf.cast(following, tf.int32), axis=0)
+    return tf.data.Dataset.from_tensor_slices(order).interleave(
         plain(region_pairs), cycle_length=regions, block_length=1, num_parallel_calls=regions, deterministic=True)
 
 
-def _epoch_batches(pairs: tf.data.Dataset, num_pairs: Optional[int], tokenizer: SubwordTokenizer,
+def _epoch_batches(pairs_from, num_pairs: Optional[int], tokenizer: SubwordTokenizer,
                    config: DataConfig, epoch, first_segment, skip, scored) -> tf.data.Dataset:
     """Epoch `epoch` (an int64 scalar tensor) from batch `skip` of segment `first_segment` on: its
-    batches, each with its position; scored as for make_dataset. num_pairs: how many pairs `pairs`
-    holds, or None if unknown (read in its own order)."""
+    batches, each with its position; scored as for make_dataset. pairs_from: Corpus.pairs_from's
+    function; num_pairs: how many pairs the split holds, or None if unknown (read in its order)."""
     epoch_seed = tf.stack([tf.constant(config.seed, tf.int64), tf.cast(epoch, tf.int64)])
+    # The segments before first_segment are not tokenized nor batched: their pairs are skipped.
+    first_pair = first_segment * config.segment_pairs
     regions = stream_regions(num_pairs, config)
     if regions > 1:
         # Segments fold in their index (< 2^24); the circle's start takes another stream.
-        pairs = _mixed_pairs(pairs, num_pairs, regions,
-                             tf.random.experimental.stateless_fold_in(epoch_seed, _FIELD))
+        pairs = _mixed_pairs(pairs_from, num_pairs, regions,
+                             tf.random.experimental.stateless_fold_in(epoch_seed, _FIELD), first_pair)
+    else:
+        pairs = pairs_from(first_pair)
 
     def segment_batches(segment, block):
         shuffled = tf.data.Dataset.from_tensor_slices(
@@ -146,8 +181,7 @@ def _epoch_batches(pairs: tf.data.Dataset, num_pairs: Optional[int], tokenizer: 
             plain(lambda index, batch: {"batch": batch, "position": tf.stack([epoch, segment, index])}))
         return batches.skip(tf.where(tf.equal(segment, first_segment), skip, tf.constant(0, tf.int64)))
 
-    # The segments before first_segment are read as text and dropped, never tokenized nor batched.
-    segments = pairs.skip(first_segment * config.segment_pairs).batch(config.segment_pairs)
+    segments = pairs.batch(config.segment_pairs)
     return segments.enumerate(start=first_segment).flat_map(plain(segment_batches))
 
 
@@ -165,7 +199,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
       input_context: this input pipeline's share under tf.distribute: with several workers, the
         elements of this worker's replicas (see the module docstring).
     """
-    pairs = corpus.dataset("train")
+    pairs_from = corpus.pairs_from("train")
     num_pairs = corpus.num_pairs("train")
     scored = scored_pieces(tokenizer, corpus)
     first_epoch = tf.constant(start_epoch, tf.int64)
@@ -174,7 +208,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
 
     def epoch_fn(epoch):
         resumed = tf.equal(epoch, first_epoch)
-        return _epoch_batches(pairs, num_pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
+        return _epoch_batches(pairs_from, num_pairs, tokenizer, config, epoch, tf.where(resumed, first_segment, zero),
                               tf.where(resumed, skip, zero), scored)
 
     stream = tf.data.Dataset.range(start_epoch, tf.int64.max).flat_map(plain(epoch_fn))

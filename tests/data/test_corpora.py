@@ -1,5 +1,6 @@
 """Local parallel files: reading, bad-input errors (file and line), empty lines, specs, get_corpus."""
 import pytest
+import tensorflow as tf
 
 from keras_transformer.data.corpora import CorpusFormatError, LocalParallelCorpus
 from keras_transformer.data.factory import get_corpus, parse_local_spec, require_shared_data
@@ -180,3 +181,20 @@ def test_shared_corpora_read_with_their_roles(shared_data, multi30k):
     tatoeba = get_corpus("tatoeba", data_root=shared_data)
     assert (tatoeba.num_pairs("validation"), tatoeba.num_pairs("test")) == (2_000, 2_000)
     assert next(iter(get_corpus("tatoeba", data_root=shared_data, reverse=True).pairs("train")))[1]
+
+
+def test_pairs_from_any_pair_are_the_splits_tail(tmp_path):
+    """Corpus.pairs_from skips raw lines where pair i is line i, pair by pair in a file with empty
+    lines: either way the same pairs as dataset(split).skip(start), across the files' seams."""
+    clean_en = write_text(tmp_path / "a.en", [f"a{i}" for i in range(5)])
+    clean_de = write_text(tmp_path / "a.de", [f"A{i}" for i in range(5)])
+    holes = write_text(tmp_path / "b.tsv", ["b0\tB0", "", "b1\tB1", "b2\t", "b3\tB3"])
+    tsv = write_text(tmp_path / "c.tsv", [f"c{i}\tC{i}" for i in range(4)])
+    for reverse in (False, True):
+        corpus = LocalParallelCorpus({"train": [(clean_en, clean_de), holes, tsv]}, reverse=reverse)
+        whole = list(corpus.pairs("train"))
+        assert len(whole) == 5 + 3 + 4 and corpus.skipped_empty["train"] == 2
+        pairs_from = corpus.pairs_from("train")
+        for start in range(len(whole) + 2):
+            got = [(s.numpy().decode(), t.numpy().decode()) for s, t in pairs_from(tf.constant(start, tf.int64))]
+            assert got == whole[start:], (reverse, start)

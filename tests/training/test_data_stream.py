@@ -143,3 +143,23 @@ def test_one_region_reads_the_files_in_their_order(corpus_and_tokenizer):
     segments = _segment_lines(corpus, tokenizer, dataclasses.replace(CONFIG, stream_regions=1), until=(1, 0, 0))
     for segment in range(5):
         assert sorted(segments[0, segment]) == list(range(128 * segment, min(NUM_PAIRS, 128 * (segment + 1))))
+
+
+@pytest.mark.parametrize("num_pairs, regions", [(23, 5), (600, 5), (17, 8), (9, 2)])
+def test_the_regions_round_robin_goes_on_exactly_from_any_pair(num_pairs, regions):
+    """Pairs as numbers: from pair m on, the mixed order is the whole order's tail, for every m,
+    with regions of unequal lengths (23 pairs in 5: 4, 5, 4, 5, 5) and a circle that wraps."""
+    from keras_transformer.training.data_stream import _mixed_pairs
+
+    def pairs_from(start):
+        return tf.data.Dataset.range(num_pairs).skip(start)
+
+    def mixed(consumed, seed):
+        return [int(x) for x in _mixed_pairs(pairs_from, num_pairs, regions, tf.constant(seed, tf.int64),
+                                             tf.constant(consumed, tf.int64))]
+
+    for seed in ([1, 2], [3, 4]):
+        whole = mixed(0, seed)
+        assert sorted(whole) == list(range(num_pairs)) and whole != list(range(num_pairs))
+        for consumed in range(1, num_pairs, 1 if num_pairs < 100 else 41):
+            assert mixed(consumed, seed) == whole[consumed:], (seed, consumed)
