@@ -52,6 +52,9 @@ class Corpus(abc.ABC):
     name: str = "corpus"
     source_language: str = "en"
     target_language: str = "de"
+    # Whether pairs_from reaches a pair without making every pair before it in Python: the training
+    # stream reads a split from several regions at once (training/data_stream.py) only then.
+    regions_readable: bool = False
 
     @abc.abstractmethod
     def pairs(self, split: str) -> Iterator[tuple[str, str]]:
@@ -131,6 +134,8 @@ class LocalParallelCorpus(Corpus):
         cannot also be held out.
       seed: the holdout permutation's seed.
     """
+
+    regions_readable = True
 
     def __init__(self, files: Mapping[str, SplitFiles], *, name: str = "local",
                  source_language: str = "en", target_language: str = "de",

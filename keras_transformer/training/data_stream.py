@@ -6,8 +6,9 @@ tokenized, bucketed and batched by `keras_transformer.data.make_dataset` on its 
 batches depend on its pairs only (its last batch of each bucket may be partial), and the order is a
 pure function of (seed, e): nothing depends on how many epochs the process has seen.
 
-The epoch's pair stream: a corpus of one segment or less is read in its own order. A larger one
-whose size is known (local files) is cut into R = min(config.stream_regions, its segments) regions
+The epoch's pair stream: a corpus of one segment or less is read in its own order, and so is one
+whose pairs are made in Python (a treebank: each region would parse the trees before it). A larger
+one of local files is cut into R = min(config.stream_regions, its segments) regions
 of consecutive lines, read side by side, one pair from each region in turn, so every segment holds
 pairs from all over the files, not one stretch of them: files concatenated domain after domain
 (Europarl, then CommonCrawl, ...) or sorted files would otherwise give segments, and the steps
@@ -200,7 +201,7 @@ def training_stream(corpus: Corpus, tokenizer: SubwordTokenizer, config: DataCon
         elements of this worker's replicas (see the module docstring).
     """
     pairs_from = corpus.pairs_from("train")
-    num_pairs = corpus.num_pairs("train")
+    num_pairs = corpus.num_pairs("train") if corpus.regions_readable else None
     scored = scored_pieces(tokenizer, corpus)
     first_epoch = tf.constant(start_epoch, tf.int64)
     first_segment, skip = tf.constant(start_segment, tf.int64), tf.constant(start_batch, tf.int64)
