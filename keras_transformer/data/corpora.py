@@ -232,8 +232,9 @@ class LocalParallelCorpus(Corpus):
 
     def pairs_from(self, split: str) -> Callable[[tf.Tensor], tf.data.Dataset]:
         """As Corpus.pairs_from, faster: in a file with no skipped line, pair i is line i, so the
-        pairs before `start` are skipped as raw lines (a file wholly before it is read as raw lines
-        only). Files with skipped lines, and splits held out of train, skip pair by pair."""
+        file is read from the chunk of its line index that holds the line (text_files.line_index),
+        and one wholly before `start` is not read. Files with skipped lines, and splits held out of
+        train, skip pair by pair."""
         check_split(split)
         self._check(split)
         if self.holdout is not None:

@@ -38,8 +38,8 @@ class DataConfig(JsonConfig):
       stream_regions: a training corpus of local files of more than one segment is read from up to
         this many stretches of consecutive lines at once, one pair from each in turn, cut anew
         every epoch; so every segment mixes pairs from all over the files (e.g. files concatenated
-        domain after domain, or sorted ones). 1: the files' order, segment after segment. Costs
-        about R / 2 raw readings of the text an epoch (training/data_stream.py).
+        domain after domain, or sorted ones). 1: the files' order, segment after segment. Each
+        stretch starts at its line through the files' line index (training/data_stream.py).
       seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
         The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
       num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.

@@ -14,6 +14,10 @@ size and modification time: a restarted run, or a second run on the same files, 
 again to check them. A file rewritten in place with the same size and modification time (as
 `cp -p` or `rsync -t` can do) would keep its old result: delete the folder then.
 
+A file's line index (`line_index`: the byte offset of the first line at or after every megabyte)
+is made by one pass of numpy over it, and remembered the same way; `aligned_pairs` and `tsv_pairs`
+use it to start at a line without reading the lines before it.
+
 `aligned_pairs` and `tsv_pairs` give the kept pairs as a tf.data.Dataset of scalar tf.string pairs,
 with surrounding whitespace stripped as Python's str.strip() strips it.
 """
@@ -63,16 +67,100 @@ def strip_whitespace(texts: tf.Tensor) -> tf.Tensor:
     return tf.strings.regex_replace(texts, _SURROUNDING_WHITESPACE, "")
 
 
-def _lines(path: PathLike) -> tf.data.Dataset:
+def _lines(path: PathLike, skip_lines=0) -> tf.data.Dataset:
     """The lines of a file split at "\\n", as tf.string scalars; TensorFlow drops every "\\r" (of
     "\\r\\n" ends, and inside a line too), and a byte-order mark that starts the file is dropped:
-    keras_transformer.files.split_lines reads as this does."""
+    keras_transformer.files.split_lines reads as this does. From line `skip_lines` on (an int or an
+    int64 scalar tensor): other than 0, the file is read from the chunk of its line index
+    (`line_index`) that holds that line, not from its start."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")
-    lines = tf.data.TextLineDataset(str(path))
-    first = lines.take(1).map(plain(lambda line: tf.strings.regex_replace(line, "^\ufeff", "")))
-    return first.concatenate(lines.skip(1))
+    if isinstance(skip_lines, int) and skip_lines == 0:
+        lines = tf.data.TextLineDataset(str(path))
+        first = lines.take(1).map(plain(lambda line: tf.strings.regex_replace(line, "^\ufeff", "")))
+        return first.concatenate(lines.skip(1))
+    return _indexed_lines(path, skip_lines)
+
+
+# A line index marks the first line at or after every INDEX_CHUNK_BYTES bytes of a file.
+INDEX_CHUNK_BYTES = 1 << 20
+
+
+def _index_file(path: pathlib.Path) -> dict:
+    """{"lines": [...], "offsets": [...]}: the chunks' first lines (0-based) and their byte offsets,
+    then the file's line count and size. Each chunk starts at a line's start, and is the first line
+    start at least INDEX_CHUNK_BYTES after the previous chunk's start (a longer line is a chunk)."""
+    lines, offsets = [0], [0]
+    newlines_before = position = last_start = 0
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        while True:
+            block = file.read(16 * INDEX_CHUNK_BYTES)
+            if not block:
+                break
+            # The offsets of the lines that start in this block (after its newlines), and their numbers.
+            starts = np.flatnonzero(np.frombuffer(block, np.uint8) == 10) + (position + 1)
+            while True:
+                following = int(np.searchsorted(starts, offsets[-1] + INDEX_CHUNK_BYTES))
+                if following == len(starts) or starts[following] >= size:
+                    break
+                lines.append(newlines_before + following + 1)
+                offsets.append(int(starts[following]))
+            if len(starts):
+                last_start = int(starts[-1])
+            newlines_before += len(starts)
+            position += len(block)
+        # TextLineDataset: after the last "\n", one more line if anything but "\r" is left.
+        file.seek(last_start)
+        tail = file.read()
+    lines.append(newlines_before + (1 if tail.replace(b"\r", b"") else 0))
+    offsets.append(size)
+    return {"lines": lines, "offsets": offsets}
+
+
+_line_indexes: dict = {}
+
+
+def line_index(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """(first lines (C + 1,), byte offsets (C + 1,)) of the C chunks of a file (see _index_file), the
+    last entries the file's line count and size. Made in one pass of numpy over the file, then
+    remembered as checks are (remembered_check) and in this process."""
+    key = _file_key([path], {"line_index": INDEX_CHUNK_BYTES})
+    digest = _digest(key)
+    if digest not in _line_indexes:
+        index = _remembered(key, lambda: _index_file(pathlib.Path(path)), "line index", [path])
+        _line_indexes[digest] = (np.array(index["lines"], np.int64), np.array(index["offsets"], np.int64))
+    return _line_indexes[digest]
+
+
+def _indexed_lines(path: pathlib.Path, skip_lines) -> tf.data.Dataset:
+    """_lines of `path` from line `skip_lines` on, read chunk by chunk from the chunk that holds it."""
+    first_lines, offsets = line_index(path)
+    if first_lines[-1] == 0:
+        return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+    size = offsets[-1]
+    first_lines, offsets = tf.constant(first_lines), tf.constant(offsets)
+    skip_lines = tf.cast(skip_lines, tf.int64)
+    # The last chunk that starts at or before the line (a line past the end: the last chunk).
+    chunk = tf.maximum(tf.searchsorted(first_lines[:-1], skip_lines[None], side="right")[0] - 1, 0)
+
+    def chunk_lines(start, end):
+        record = tf.data.FixedLengthRecordDataset(str(path), end - start, header_bytes=start,
+                                                 footer_bytes=size - end)
+        return record.map(plain(lambda text: _split_chunk(text, start)))
+
+    bounds = tf.data.Dataset.from_tensor_slices((offsets[chunk:-1], offsets[chunk + 1:]))
+    return bounds.flat_map(plain(chunk_lines)).unbatch().skip(skip_lines - first_lines[chunk])
+
+
+def _split_chunk(text: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
+    """The lines of a chunk of whole lines, as TextLineDataset makes them: every "\\r" dropped, no
+    line after a last "\\n", no line of a chunk of "\\r" alone; the file's byte-order mark dropped."""
+    text = tf.strings.regex_replace(text, "\r", "")
+    text = tf.where(tf.equal(start, 0), tf.strings.regex_replace(text, "^\ufeff", ""), text)
+    lines = tf.strings.split(tf.strings.regex_replace(text, "\n$", ""), "\n")
+    return lines[:tf.where(tf.equal(text, ""), 0, tf.size(lines))]
 
 
 def _first(condition: tf.Tensor) -> tf.Tensor:
@@ -205,21 +293,21 @@ def _kept(source: tf.Tensor, target: tf.Tensor):
 
 def aligned_pairs(source_path: PathLike, target_path: PathLike, skip_lines=0) -> tf.data.Dataset:
     """The kept (source, target) pairs of two aligned files, after their first `skip_lines` lines
-    (read as raw text: about 10 times as fast as pairs are made of them); check them first
-    (check_aligned_files)."""
-    lines = tf.data.Dataset.zip(_lines(source_path), _lines(target_path)).skip(skip_lines)
+    (not read: the files are read from their line index's chunk that holds that line); check them
+    first (check_aligned_files)."""
+    lines = tf.data.Dataset.zip(_lines(source_path, skip_lines), _lines(target_path, skip_lines))
     return (lines.batch(LINES_PER_BATCH).map(plain(_kept), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch())
 
 
 def tsv_pairs(path: PathLike, columns: Optional[Sequence[int]] = None, skip_lines=0) -> tf.data.Dataset:
-    """The kept (source, target) pairs of a TSV file, after its first `skip_lines` lines (read as
-    raw text); check it first (check_tsv)."""
+    """The kept (source, target) pairs of a TSV file, after its first `skip_lines` lines (read
+    from its line index's chunk that holds that line); check it first (check_tsv)."""
     def kept(lines):
         source, target, _ = _tsv_fields(lines, columns)
         return _kept(source, target)
 
-    return (_lines(path).skip(skip_lines).batch(LINES_PER_BATCH)
+    return (_lines(path, skip_lines).batch(LINES_PER_BATCH)
             .map(plain(kept), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch())
 
 
@@ -254,10 +342,8 @@ def _check_cache_directory() -> Optional[pathlib.Path]:
     return pathlib.Path.home() / ".cache" / "keras_transformer" / "corpus_checks"
 
 
-def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], FileCounts]) -> FileCounts:
-    """`check()`'s result for these files, read from the check cache if it holds one for the files as
-    they are now (same absolute paths, sizes and modification times, same options); else checks and
-    remembers the result. A check that raises is never remembered."""
+def _file_key(paths: Sequence[PathLike], options) -> dict:
+    """What a remembered result is for: each file's absolute path, size and modification time, and options."""
     files = []
     for path in paths:
         path = pathlib.Path(path).resolve()
@@ -265,24 +351,40 @@ def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], Fil
             raise FileNotFoundError(f"corpus file not found: {path}")
         status = path.stat()
         files.append([str(path), status.st_size, status.st_mtime_ns])
-    key = json.loads(json.dumps({"files": files, "options": options}))  # as it reads back (lists, not tuples)
+    return json.loads(json.dumps({"files": files, "options": options}))  # as it reads back (lists, not tuples)
+
+
+def _digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _remembered(key: dict, compute: Callable[[], dict], what: str, paths: Sequence[PathLike]) -> dict:
+    """compute()'s JSON-able result for `key`, read from the check cache if it holds one, else computed
+    and remembered there. A computation that raises is never remembered."""
     directory = _check_cache_directory()
     record_path = None
     if directory is not None:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-        record_path = directory / f"{digest}.json"
+        record_path = directory / f"{_digest(key)}.json"
         try:
             record = json.loads(record_path.read_text())
             if record["key"] == key:
-                logger.info("%s: checked before (%s)", ", ".join(str(path) for path in paths), record_path)
-                return FileCounts(**record["counts"])
+                logger.info("%s: %s made before (%s)", ", ".join(str(path) for path in paths), what, record_path)
+                return record["value"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    counts = check()
+    value = compute()
     if record_path is not None:
         try:
             record_path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(record_path, json.dumps({"key": key, "counts": dataclasses.asdict(counts)}))
-        except OSError as error:  # a read-only home only costs the next run a check
-            logger.warning("could not remember the check of %s: %s", paths, error)
-    return counts
+            write_text_atomically(record_path, json.dumps({"key": key, "value": value}))
+        except OSError as error:  # a read-only home only costs the next run the work again
+            logger.warning("could not remember the %s of %s: %s", what, paths, error)
+    return value
+
+
+def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], FileCounts]) -> FileCounts:
+    """`check()`'s result for these files, read from the check cache if it holds one for the files as
+    they are now (same absolute paths, sizes and modification times, same options); else checks and
+    remembers the result. A check that raises is never remembered."""
+    counts = _remembered(_file_key(paths, options), lambda: dataclasses.asdict(check()), "check", paths)
+    return FileCounts(**counts)

@@ -14,15 +14,15 @@ pairs from all over the files, not one stretch of them: files concatenated domai
 (Europarl, then CommonCrawl, ...) or sorted files would otherwise give segments, and the steps
 trained on them, one domain or one end of the sort at a time. The files are taken as a circle that
 starts, each epoch, at a pair drawn with (seed, e), and cut there into the R regions. A region
-reaches its first pair by skipping the lines before it as raw text (`Corpus.pairs_from`: in a
-file with no skipped line, pair i is line i), about R / 2 raw readings of the files an epoch
-besides the one that makes the pairs.
+starts reading at its first pair (`Corpus.pairs_from`: in a file with no skipped line, pair i is
+line i, read from the chunk of the file's line index that holds it, text_files.line_index), so
+the lines before it are not read.
 
 Each batch carries its position, (e, k, index of the batch in segment k), and the training step
 records the position of the last batch it consumed in a DataPosition, saved with every checkpoint.
 A run that restarts from a checkpoint rebuilds the stream from epoch e, skips the pairs of the k
-segments before the position (each region skips the pairs of it those segments held; skipped as
-raw lines where it can, never tokenized), then skips the batches of segment k already consumed.
+segments before the position (each region skips the pairs of it those segments held; not read
+where the line index reaches them, never tokenized), then skips the batches of segment k already consumed.
 So a restart tokenizes at most one segment again, wherever the position is in the epoch, and sees
 exactly the batches the uninterrupted run would have seen next.
 

@@ -1,6 +1,7 @@
 """Streamed local files: checks past the first batch of lines, Python's whitespace, flat graphs."""
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -115,3 +116,51 @@ def test_a_byte_order_mark_that_starts_a_file_is_not_text(tmp_path):
     bad = write_text(tmp_path / "bad.en", b"\xef\xbb\xbfcaf\xe9\n")
     with pytest.raises(CorpusFormatError, match=rf"{bad}:1: invalid UTF-8"):
         LocalParallelCorpus({"train": (bad, third)}).num_pairs("train")
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 9, 1 << 20])
+def test_lines_from_any_line_are_the_files_tail_as_tensorflow_reads_it(tmp_path, monkeypatch, chunk_bytes):
+    """Lines from line i on come from the line index's chunk that holds line i, not from a read of
+    the lines before it; they are TextLineDataset's lines, with its "\\r" and last-line rules."""
+    monkeypatch.setattr(text_files, "INDEX_CHUNK_BYTES", chunk_bytes)
+    contents = {
+        "plain": "".join(f"line {i} {'x' * (i % 13)}\n" for i in range(12)).encode(),
+        "crlf_and_no_end": b"a\r\nb\rc\r\n\r\n\nlong " + b"y" * 100 + b"\nlast",
+        "cr_after_the_end": b"one\ntwo\n\r\r",
+        "bom": "\ufeffhello\n\ufeffkept\n".encode(),
+        "empty_lines": b"\n\n\n",
+        "only_cr": b"\r",
+        "empty": b"",
+        "unicode": "é\u2028x\nü\x85y\n".encode(),
+    }
+    for name, content in contents.items():
+        path = tmp_path / f"{name}-{chunk_bytes}.txt"
+        path.write_bytes(content)
+        whole = list(text_files._lines(path).as_numpy_iterator())
+        lines, offsets = text_files.line_index(path)
+        assert lines[-1] == len(whole) and offsets[-1] == len(content), name
+        assert (np.diff(offsets) > 0).all() or not content, name  # chunks of one line or more
+        if chunk_bytes == 1:  # a chunk a line (and one of a last "\r" alone)
+            assert len(offsets) - 1 >= len(whole), name
+        for skip in range(len(whole) + 2):
+            got = list(text_files._lines(path, tf.constant(skip, tf.int64)).as_numpy_iterator())
+            assert got == whole[skip:], (name, skip)
+
+
+def test_a_line_index_is_remembered_while_the_file_is_unchanged(tmp_path, monkeypatch):
+    path = write_text(tmp_path / "train.en", [f"line {i}" for i in range(100)])
+    monkeypatch.setattr(text_files, "INDEX_CHUNK_BYTES", 64)
+    first = text_files.line_index(path)
+    monkeypatch.setattr(text_files, "_line_indexes", {})  # another process: only the check cache has it
+
+    def no_index(*args):
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(text_files, "_index_file", no_index)
+    again = text_files.line_index(path)
+    assert all((a == b).all() for a, b in zip(first, again)) and len(first[0]) > 10
+    before = path.stat()
+    write_text(path, [f"line {i}" for i in range(99)] + ["line x0"])  # the same size, another file
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    with pytest.raises(AssertionError, match="read again"):
+        text_files.line_index(path)
