@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from keras_transformer.data.text_files import (LINES_PER_BATCH, CorpusFormatError, aligned_pairs,
                                                check_aligned_files, check_tsv, holdout_indices, iterate_pairs,
-                                               remembered_check, tsv_pairs)
+                                               line_index, remembered_check, tsv_pairs)
 from keras_transformer.tracing import plain
 
 SPLITS = ("train", "validation", "test")
@@ -76,6 +76,15 @@ class Corpus(abc.ABC):
     def num_pairs(self, split: str) -> Optional[int]:
         """How many pairs `split` holds, or None where that is not known without reading it."""
         return None
+
+    def prepare(self) -> None:
+        """Does what must read or fetch the whole corpus once before it is used (TFDS's download
+        and preparation, the check of local files), so that a cluster's workers can wait for it at a
+        barrier of its own (training/run.py) and not inside a collective that gives up after minutes."""
+
+    # Whether the chief prepares before the other workers start to (a TFDS data_dir they may share is
+    # written once), or all prepare side by side (each reads its own files).
+    prepare_on_chief_first: bool = False
 
     def pairs_from(self, split: str) -> Callable[[tf.Tensor], tf.data.Dataset]:
         """A function of an int64 scalar tensor `start` that gives the pairs of `split` from pair
@@ -216,6 +225,17 @@ class LocalParallelCorpus(Corpus):
                                test=num_test)
         self.skipped_empty.setdefault("validation", 0)
         self.skipped_empty.setdefault("test", 0)
+
+    def prepare(self) -> None:
+        """Checks the files of every split (or train, with a holdout), and makes the line index of
+        each train file whose lines are all pairs (pairs_from reads from it)."""
+        for split in self.files:
+            self._check(split)
+        if self.holdout is None and "train" in self.files:
+            for entry, counts in zip(self._entries("train"), self._entry_counts["train"]):
+                if counts.num_skipped_empty == 0:
+                    for path in (entry if isinstance(entry, tuple) else (entry,)):
+                        line_index(path)
 
     def _entry_pairs(self, entry: FileEntry, skip_lines=0) -> tf.data.Dataset:
         if isinstance(entry, tuple):

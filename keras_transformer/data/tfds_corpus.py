@@ -35,6 +35,16 @@ class TfdsTranslationCorpus(Corpus):
         self.data_dir = data_dir
         self.download = download
 
+    prepare_on_chief_first = True
+
+    def prepare(self) -> None:
+        """Downloads and prepares the dataset in data_dir if it is not there yet (with download=True;
+        WMT14's takes an hour or more); tfds.load does it too, but not before a cluster's barrier."""
+        if self.download:
+            import tensorflow_datasets as tfds
+
+            tfds.builder(self.dataset_name, data_dir=self.data_dir).download_and_prepare()
+
     def _load(self, split: str) -> tf.data.Dataset:
         import tensorflow_datasets as tfds  # slow to import; only this source needs it
 

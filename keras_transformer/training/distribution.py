@@ -40,6 +40,9 @@ DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 120.0
 # check_workers_agree): for the chief to learn the vocabulary, for each other's configs, for every
 # worker to end an evaluation. A lost worker ends the wait at once.
 CLUSTER_WAIT_SECONDS = 3600.0
+# How long they wait for the corpus to be prepared before training (Corpus.prepare: TFDS downloads and
+# prepares WMT14 in an hour or more, a large local corpus is checked line by line).
+CORPUS_WAIT_SECONDS = 48 * 3600.0
 _JOBS = ("chief", "worker")
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 

@@ -36,11 +36,11 @@ from keras_transformer.training.best_checkpoints import ValidationRecord, Valida
 from keras_transformer.training.checkpointing import (CheckpointCallback, RunCheckpoint, TrainingDiverged,
                                                       TrainingInterrupted, checkpoint_directory, sigterm_handler)
 from keras_transformer.training.data_stream import DataPosition, training_stream
-from keras_transformer.training.distribution import (CLUSTER_WAIT_SECONDS, PEER_FAILURES, WorkerLost, any_worker,
-                                                     check_workers_agree, describe_strategy, is_chief,
-                                                     mean_over_workers, num_workers,
-                                                     select_strategy, set_mixed_precision, wait_for_all_workers,
-                                                     worker_index, xla_compilation_errors_name_the_flag)
+from keras_transformer.training.distribution import (CLUSTER_WAIT_SECONDS, CORPUS_WAIT_SECONDS, PEER_FAILURES,
+                                                     WorkerLost, any_worker, check_workers_agree, describe_strategy,
+                                                     is_chief, mean_over_workers, num_workers, select_strategy,
+                                                     set_mixed_precision, wait_for_all_workers, worker_index,
+                                                     xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
 from keras_transformer.training.summaries import TrainingMonitor
@@ -379,6 +379,14 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     corpus = task.corpus(data)
     saved_train = saved_train_config(workdir)  # read by every worker before the chief writes the configs
     try:
+        # The corpus first (TFDS's download and preparation, the local files' check): it may take
+        # hours, for which only these barriers wait, not the vocabulary's or a collective.
+        if chief or not corpus.prepare_on_chief_first:
+            corpus.prepare()
+        wait_for_all_workers(strategy, "corpus-prepared-by-chief", CORPUS_WAIT_SECONDS)
+        if not chief and corpus.prepare_on_chief_first:
+            corpus.prepare()
+        wait_for_all_workers(strategy, "corpus-prepared", CORPUS_WAIT_SECONDS)
         if not chief:  # the chief learns the vocabulary into the shared workdir; the others read it
             wait_for_all_workers(strategy, "vocabulary", CLUSTER_WAIT_SECONDS)
         if chief and not (workdir / SENTENCEPIECE_FILENAME).is_file():  # a new run (or one killed before this)

@@ -198,3 +198,31 @@ def test_pairs_from_any_pair_are_the_splits_tail(tmp_path):
         for start in range(len(whole) + 2):
             got = [(s.numpy().decode(), t.numpy().decode()) for s, t in pairs_from(tf.constant(start, tf.int64))]
             assert got == whole[start:], (reverse, start)
+
+
+def test_prepare_checks_every_split_and_indexes_the_train_files_once(tmp_path, monkeypatch):
+    """What a cluster's workers wait for at the corpus barrier: after prepare, training reads the
+    files without checking or indexing them again."""
+    from keras_transformer.data import corpora, text_files
+
+    train = (write_text(tmp_path / "t.en", [f"a{i}" for i in range(6)]),
+             write_text(tmp_path / "t.de", [f"A{i}" for i in range(6)]))
+    holes = write_text(tmp_path / "h.tsv", ["b0\tB0", "", "b1\tB1"])
+    dev = write_text(tmp_path / "dev.tsv", ["c\tC"])
+    corpus = LocalParallelCorpus({"train": [train, holes], "validation": dev})
+    indexed = []
+    index_file = text_files._index_file
+    monkeypatch.setattr(text_files, "_index_file", lambda path: indexed.append(path.name) or index_file(path))
+    corpus.prepare()
+    assert sorted(indexed) == ["t.de", "t.en"]  # not the TSV whose pairs are not its lines
+    assert corpus.skipped_empty == {"train": 1, "validation": 0}
+
+    def again(*args):
+        raise AssertionError("read again after prepare")
+
+    for name in ("check_aligned_files", "check_tsv"):
+        monkeypatch.setattr(corpora, name, again)
+    monkeypatch.setattr(text_files, "_index_file", again)
+    got = [(s.numpy().decode(), t.numpy().decode()) for s, t in corpus.pairs_from("train")(tf.constant(4, tf.int64))]
+    assert got == [("a4", "A4"), ("a5", "A5"), ("b0", "B0"), ("b1", "B1")]
+    assert corpus.num_pairs("validation") == 1

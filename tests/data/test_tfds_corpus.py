@@ -6,6 +6,7 @@ import tensorflow_datasets as tfds
 from keras_transformer.data.data_config import DataConfig
 from keras_transformer.data.factory import get_corpus
 from keras_transformer.data.pipeline import make_corpus_dataset
+from keras_transformer.data.tfds_corpus import wmt14_corpus
 from keras_transformer.data.tokenizer import TokenizerSettings, load_or_train_tokenizer
 
 
@@ -44,3 +45,26 @@ def test_wmt14_round_trip_and_pipeline(mocked_tfds, tmp_path):
     config = DataConfig(tokens_per_batch=512, max_length=64)
     batches = list(make_corpus_dataset(corpus, "train", tokenizer, config))
     assert sum(int(target.shape[0]) for _, target in batches) == len(list(corpus.pairs("train")))
+
+
+def test_prepare_downloads_and_prepares_only_when_allowed(mocked_tfds, monkeypatch):
+    prepared = []
+
+    class Builder:
+        def download_and_prepare(self):
+            prepared.append(True)
+
+    def builder(name, data_dir):
+        assert (name, data_dir) == ("wmt14_translate/de-en", mocked_tfds)
+        return Builder()
+
+    monkeypatch.setattr(tfds, "builder", builder)
+    get_corpus("wmt14", tfds_data_dir=mocked_tfds).prepare()
+    assert prepared == [True]
+    wmt14_corpus(data_dir=mocked_tfds, download=False).prepare()
+    assert prepared == [True]
+    monkeypatch.undo()
+    corpus = get_corpus("wmt14", tfds_data_dir=mocked_tfds)
+    assert corpus.prepare_on_chief_first
+    corpus.prepare()  # TFDS's mock: prepared without a download, then read
+    assert list(corpus.pairs("validation"))
