@@ -37,7 +37,8 @@ the tag dictionary applies to the word just copied.
 
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32 (beam search's)
-  score            as the Translator's: log p(linearized tree | sentence)
+  score            as the Translator's: log p(linearized tree | sentence), the sentence's words read as
+                   serving_default reads them
 Empty (whitespace-only) sentences give "" with score 0. Invalid UTF-8 is replaced by U+FFFD. Words
 "(" and ")" (and brackets inside words) are written -LRB- and -RRB- in the trees, as the PTB does.
 A source longer than the parser's max_source_length pieces is cut (the tree still covers every
@@ -499,15 +500,21 @@ class Parser(Translator):
                                     **dictionary)
         return constrained_step_fn(step_fn, cache, constraint, self._choice_ids(), pieces)
 
-    def _parse(self, inputs):
-        """(trees (B,), scores (B,), linearized trees (B,)) of raw sentences (B,)."""
+    @staticmethod
+    def _words(inputs):
+        """Raw sentences (B,) -> (their words, ragged (B, None); the sentences as the model reads them (B,))."""
         # Words are separated by whitespace as Python's str.split() sees it (pipelines.parse and the
         # repairs split so); tf.strings.split alone splits at ASCII whitespace only.
         spaced = tf.strings.regex_replace(_valid_utf8(inputs), f"{WHITESPACE}+", " ")
         words = tf.strings.split(tf.strings.strip(spaced))  # (B, None)
-        word_counts = tf.cast(words.row_lengths(), tf.int32)
         # The words as the treebank writes them, so the model reads what it was trained on.
-        source_ids, is_empty = self._source_ids(tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))
+        return words, tf.strings.reduce_join(escape_words(words), axis=1, separator=" ")
+
+    def _parse(self, inputs):
+        """(trees (B,), scores (B,), linearized trees (B,)) of raw sentences (B,)."""
+        words, sentences = self._words(inputs)
+        word_counts = tf.cast(words.row_lengths(), tf.int32)
+        source_ids, is_empty = self._source_ids(sentences)
         what = "twice its words and its" if self.by_word else "its words and"
         check = tf.debugging.assert_less_equal(
             self._words_and_pieces(word_counts, self._pieces(source_ids)[1]), self.max_words_and_pieces,
@@ -537,6 +544,14 @@ class Parser(Translator):
         """What the training job's evaluations read: the trees as `translations`, and the sequences."""
         trees, scores, sequences = self._parse(inputs)
         return {"translations": trees, "scores": scores, "sequences": sequences}
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="source"),
+                                                   tf.TensorSpec([None], tf.string, name="target")])
+    def score(self, source, target):
+        """Translator.score of raw sentences read as `parse` reads them (words split at any
+        whitespace, brackets as the treebank writes them) and linearized trees (`translate`'s
+        sequences)."""
+        return Translator.score.python_function(self, self._words(source)[1], target)
 
     def signatures(self):
         return {"serving_default": self.parse, "score": self.score}

@@ -271,3 +271,20 @@ def test_a_parser_with_a_tag_dictionary_tags_every_word_as_it_allows(untrained_p
     unconstrained = [tag for tree in untrained_parser.parse(tf.constant(sentences))["trees"].numpy()
                      for tag in parse_tree(tree.decode()).tags()]
     assert unconstrained != tags  # the random model alone tags otherwise: the dictionary did it
+
+
+def test_score_reads_a_sentence_as_parse_does(untrained_parser):
+    """Brackets in words as the treebank writes them and words split at any whitespace, as parse
+    reads them; scoring the raw text as a translator does would score another source."""
+    from keras_transformer.export import Translator
+
+    raw = tf.constant(["Anna ( laughed )\u00a0today", "the dog saw a cat ."])
+    read = tf.constant(["Anna -LRB- laughed -RRB- today", "the dog saw a cat ."])
+    trees = untrained_parser.translate(raw)["sequences"]
+    got = untrained_parser.score(raw, trees)
+    expected = Translator.score.python_function(untrained_parser, read, trees)
+    np.testing.assert_allclose(got["scores"], expected["scores"], rtol=1e-5)
+    np.testing.assert_array_equal(got["lengths"], expected["lengths"])
+    as_translator = Translator.score.python_function(untrained_parser, raw, trees)
+    assert got["scores"].numpy()[0] != as_translator["scores"].numpy()[0]
+    assert got["scores"].numpy()[1] == pytest.approx(as_translator["scores"].numpy()[1], rel=1e-5)
