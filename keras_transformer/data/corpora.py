@@ -82,6 +82,11 @@ class Corpus(abc.ABC):
         and preparation, the check of local files), so that a cluster's workers can wait for it at a
         barrier of its own (training/run.py) and not inside a collective that gives up after minutes."""
 
+    def file_sizes(self) -> Optional[dict[str, list[list]]]:
+        """{split: [[file path, size in bytes], ...]} of a corpus read from local files, else None: what
+        a resumed run compares with what its start recorded (training/run.py)."""
+        return None
+
     # Whether the chief prepares before the other workers start to (a TFDS data_dir they may share is
     # written once), or all prepare side by side (each reads its own files).
     prepare_on_chief_first: bool = False
@@ -225,6 +230,11 @@ class LocalParallelCorpus(Corpus):
                                test=num_test)
         self.skipped_empty.setdefault("validation", 0)
         self.skipped_empty.setdefault("test", 0)
+
+    def file_sizes(self) -> dict[str, list[list]]:
+        return {split: [[str(path), pathlib.Path(path).stat().st_size]
+                        for entry in self._entries(split) for path in (entry if isinstance(entry, tuple) else (entry,))]
+                for split in self.files}
 
     def prepare(self) -> None:
         """Checks the files of every split (or train, with a holdout), and makes the line index of
