@@ -133,6 +133,11 @@ FileEntry = Union[PathLike, tuple[PathLike, PathLike]]
 SplitFiles = Union[FileEntry, list[FileEntry]]
 
 
+def _entry_paths(entry: FileEntry) -> tuple:
+    """The files of an entry: a TSV file, or the source and target files."""
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
 class LocalParallelCorpus(Corpus):
     """Parallel text on disk: per split, two aligned plain-text files or one TSV file.
 
@@ -233,7 +238,7 @@ class LocalParallelCorpus(Corpus):
 
     def file_sizes(self) -> dict[str, list[list]]:
         return {split: [[str(path), pathlib.Path(path).stat().st_size]
-                        for entry in self._entries(split) for path in (entry if isinstance(entry, tuple) else (entry,))]
+                        for entry in self._entries(split) for path in _entry_paths(entry)]
                 for split in self.files}
 
     def prepare(self) -> None:
@@ -244,7 +249,7 @@ class LocalParallelCorpus(Corpus):
         if self.holdout is None and "train" in self.files:
             for entry, counts in zip(self._entries("train"), self._entry_counts["train"]):
                 if counts.num_skipped_empty == 0:
-                    for path in (entry if isinstance(entry, tuple) else (entry,)):
+                    for path in _entry_paths(entry):
                         line_index(path)
 
     def _entry_pairs(self, entry: FileEntry, skip_lines=0) -> tf.data.Dataset:
