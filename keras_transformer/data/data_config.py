@@ -27,8 +27,15 @@ class DataConfig(JsonConfig):
       tokens_per_batch: the token budget of one batch on one replica, for the source and for the
         target separately: batch size * padded length never exceeds it.
       min_bucket_length, bucket_growth: bucket boundaries are min_bucket_length, then each boundary
-        grows by the factor (at least by one token) up to max_length. Sequences are padded to their
-        bucket's boundary, so the model sees one shape per bucket (plus last partial batches).
+        grows by the factor (at least by one token) up to max_length. A pair's bucket is that of its
+        longer side; sequences are padded to a boundary, so the model sees few shapes per bucket
+        (plus last partial batches).
+      separate_padding: each side of a batch is padded to the smallest boundary that holds its own
+        longest sequence (a padding choice, not the paper's or anyone's recipe: the model's results
+        do not depend on it beyond float rounding). A parse tree is about 2.5 times as long as its
+        sentence: padding the sentences to the trees' boundary as well made a GUM-shaped training
+        step about 1.3 times as long (README, results). False: both sides to the bucket's boundary
+        (S = T), the fewest shapes, for XLA (`--jit-compile` compiles the step once per shape).
       shuffle_buffer_size: pairs in the shuffle buffer of `make_dataset(training=True)`.
       segment_pairs: the training stream (training/data_stream.py) reads an epoch in segments of this
         many pairs, each permuted at random and batched on its own. A restarted run drops the
@@ -65,6 +72,7 @@ class DataConfig(JsonConfig):
     tokens_per_batch: int = 25_000
     min_bucket_length: int = 8
     bucket_growth: float = 1.1
+    separate_padding: bool = True
     shuffle_buffer_size: int = 100_000
     segment_pairs: int = 250_000
     stream_regions: int = 8
@@ -76,6 +84,9 @@ class DataConfig(JsonConfig):
     # For a data_config.json written before these fields existed: the values that read the data as
     # those runs did (RunConfigs.check_resumable).
     LEGACY_VALUES = {"stream_regions": 1}
+    # Fields a resumed run may change: they shape the batches, not which pairs they hold or in what
+    # order, so the data position means the same (RunConfigs.check_resumable).
+    RESUMABLE_CHANGES = frozenset({"separate_padding"})
 
     def __post_init__(self):
         positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",

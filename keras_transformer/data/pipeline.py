@@ -9,11 +9,12 @@
 
 Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
 batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000
-target tokens." Here a pair's bucket is chosen by the longer of its two sides, both sides are padded
-to that bucket's boundary L (so S = T = L within a batch), and a bucket's batch size is
-tokens_per_batch // L, so B * S and B * T never exceed the budget. Padding to the boundary rather
-than to the longest sequence in the batch keeps the number of distinct shapes small (one per bucket,
-plus the partial batch that ends each bucket), which XLA and mixed precision need.
+target tokens." Here a pair's bucket is chosen by the longer of its two sides, and a bucket's batch
+size is tokens_per_batch // L for its boundary L. Each side of a batch is padded to the smallest
+boundary that holds its own longest sequence (DataConfig.separate_padding; so S, T <= L and B * S and
+B * T never exceed the budget), or with separate_padding off both to L (S = T = L). Padding to a
+boundary rather than to the longest sequence in the batch keeps the number of distinct shapes small
+(a few per bucket, plus the partial batch that ends each bucket), which XLA needs.
 """
 import dataclasses
 from typing import Optional
@@ -100,19 +101,30 @@ def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targ
 
 
 def _bucket_and_batch(rows: tf.data.Dataset, config: DataConfig) -> tf.data.Dataset:
-    """Rows -> batches of one bucket each: B = tokens_per_batch // L rows, padded to (B, L)."""
+    """Rows -> batches of one bucket each: B = tokens_per_batch // L rows, each side padded to the
+    smallest boundary that holds its longest row (to L itself without config.separate_padding)."""
     boundaries = tf.constant(bucket_boundaries(config), tf.int32)
     batch_sizes = tf.constant(bucket_batch_sizes(config), tf.int64)
 
     def batch_bucket(bucket, window):
         boundary = tf.gather(boundaries, bucket)
 
+        def padded_length(tensor):  # the boundary that holds the longest row of (B, N), at most L
+            if not config.separate_padding:
+                return boundary
+            longest = tf.reduce_max(tf.reduce_sum(tf.cast(tensor != PAD_ID, tf.int32), axis=1))
+            return tf.minimum(boundary, tf.gather(boundaries, tf.searchsorted(boundaries, longest[None])[0]))
+
         def pad_to_boundary(*tensors):  # each (B, longest row in its chunk)
-            def fit(tensor):
-                tensor = tensor[:, :boundary]  # only padding lies beyond the boundary
-                return tf.pad(tensor, [[0, 0], [0, boundary - tf.shape(tensor)[1]]])
+            def fit(tensor, length):
+                tensor = tensor[:, :length]  # only padding lies beyond the length
+                return tf.pad(tensor, [[0, 0], [0, length - tf.shape(tensor)[1]]])
             source, target_input, target_output, _ = tensors
-            return ((fit(source), fit(target_input)), fit(target_output))
+            # target_input holds every target row's length (BOS, tokens); target_output may have
+            # PAD where the loss skips a piece.
+            source_length, target_length = padded_length(source), padded_length(target_input)
+            return ((fit(source, source_length), fit(target_input, target_length)),
+                    fit(target_output, target_length))
 
         return window.padded_batch(tf.gather(batch_sizes, bucket),
                                    padding_values=(PAD_ID, PAD_ID, PAD_ID, tf.constant(0, tf.int64))

@@ -250,7 +250,7 @@ def pack_micro_batches(stream: tf.data.Dataset, accumulate_steps: int, budget: i
 
     The micro-batches keep their own shapes (each its own bucket) and padding costs nothing in the
     step, which reshapes row k back to (B_k, S_k) and (B_k, T_k) before running the model on it.
-    The pipeline pads source and target to one bucket length (S == T), but other batches need not.
+    Each side of a pipeline's batch has its own length (S != T with DataConfig.separate_padding).
     """
     def flatten(element):
         (source, target_input), target_output = element["batch"]

@@ -159,8 +159,9 @@ class RunConfigs:
             # A field added since the workdir was made counts as the value that did what runs did then.
             saved = {**getattr(config, "LEGACY_VALUES", {}), **json.loads(path.read_text())}
             current = json.loads(config.to_json())
+            free = getattr(config, "RESUMABLE_CHANGES", frozenset())
             changed = {key: (saved.get(key), current.get(key)) for key in set(saved) | set(current)
-                       if saved.get(key) != current.get(key)}
+                       if saved.get(key) != current.get(key) and key not in free}
             differences = ", ".join(f"{key}: {old!r} in the workdir, {new!r} now"
                                     for key, (old, new) in sorted(changed.items()))
             _require(not changed, f"{path} differs from this run's {name} config ({differences}); "

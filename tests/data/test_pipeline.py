@@ -75,6 +75,34 @@ def test_every_pair_exactly_once_per_epoch_within_budget(numbers_corpus, numbers
         assert collections.Counter(row for batch in batches for row in _rows(batch)) == expected
 
 
+@pytest.mark.parametrize("separate", [True, False])
+def test_each_side_is_padded_to_the_boundary_of_its_longest_row(numbers_corpus, numbers_tokenizer, separate):
+    """A batch's bucket is that of its longest row on either side; with separate_padding each side is
+    padded to the smallest boundary holding its own longest row (a number's English words and
+    its German compound differ in length, so the sides do), without it both to the bucket's boundary."""
+    config = dataclasses.replace(SMALL, separate_padding=separate)
+    boundaries = np.array(bucket_boundaries(config))
+
+    def boundary(length):
+        return int(boundaries[boundaries >= length][0])
+
+    batches = list(make_corpus_dataset(numbers_corpus, "train", numbers_tokenizer, config))
+    _assert_within_budget(batches, config)
+    sides_differ = 0
+    for batch in batches:
+        (source, target_input), _ = batch
+        rows = _rows(batch)
+        longest_source, longest_target = max(len(row[0]) for row in rows), max(len(row[1]) for row in rows)
+        bucket = boundary(max(longest_source, longest_target))
+        if separate:
+            assert (source.shape[1], target_input.shape[1]) == (boundary(longest_source), boundary(longest_target))
+        else:
+            assert source.shape[1] == target_input.shape[1] == bucket
+        assert max(source.shape[1], target_input.shape[1]) == bucket
+        sides_differ += source.shape[1] != target_input.shape[1]
+    assert (sides_differ > 0) == separate, sides_differ
+
+
 def test_same_seed_same_batches_other_seed_other_order(numbers_corpus, numbers_tokenizer):
     def epochs(config, count=2):
         dataset = make_corpus_dataset(numbers_corpus, "train", numbers_tokenizer, config)

@@ -129,3 +129,17 @@ def test_a_workdir_from_before_a_data_field_resumes_only_as_it_read_the_data(tmp
     with pytest.raises(ValueError, match=r"data_config.json differs .*stream_regions: 1 in the workdir, 8 now"):
         configs.check_resumable(tmp_path)
     apply_overrides(configs, ["data.stream_regions=1"]).check_resumable(tmp_path)
+
+
+def test_a_run_resumes_with_either_padding(tmp_path):
+    """data.separate_padding shapes the batches, not which pairs they hold: a workdir from before the
+    field, or one written with the other value, resumes; a field that moves the data does not."""
+    configs = preset_configs("tiny", "numbers")
+    configs.write(tmp_path)
+    saved = json.loads((tmp_path / "data_config.json").read_text())
+    del saved["separate_padding"]
+    (tmp_path / "data_config.json").write_text(json.dumps(saved))
+    configs.check_resumable(tmp_path)
+    apply_overrides(configs, ["data.separate_padding=false"]).check_resumable(tmp_path)
+    with pytest.raises(ValueError, match=r"data_config.json differs .*seed: 0 in the workdir, 1 now"):
+        apply_overrides(configs, ["data.separate_padding=false", "data.seed=1"]).check_resumable(tmp_path)
