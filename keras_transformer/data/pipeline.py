@@ -109,11 +109,12 @@ def _bucket_and_batch(rows: tf.data.Dataset, config: DataConfig) -> tf.data.Data
     def batch_bucket(bucket, window):
         boundary = tf.gather(boundaries, bucket)
 
-        def padded_length(tensor):  # the boundary that holds the longest row of (B, N), at most L
+        def padded_length(tensor):  # the boundary that holds the longest row of (B, N)
             if not config.separate_padding:
                 return boundary
+            # At most L: the batch's bucket is that of its longest row on either side.
             longest = tf.reduce_max(tf.reduce_sum(tf.cast(tensor != PAD_ID, tf.int32), axis=1))
-            return tf.minimum(boundary, tf.gather(boundaries, tf.searchsorted(boundaries, longest[None])[0]))
+            return tf.gather(boundaries, tf.searchsorted(boundaries, longest[None])[0])
 
         def pad_to_boundary(*tensors):  # each (B, longest row in its chunk)
             def fit(tensor, length):
