@@ -228,7 +228,7 @@ def _global_batch(rng):
 
 def _one_step(strategy, initial_weights, batch):
     with strategy.scope():
-        model = kt.Transformer.from_preset("tiny", vocab_size=30, dropout_rate=0.0)
+        model = kt.Transformer.from_preset("tiny", vocab_size=30, dropout_rate=0.0, num_layers=1)
         model.set_weights(initial_weights)
         model.compile(optimizer=keras.optimizers.SGD(1.0))
     dataset = tf.data.Dataset.from_tensors(batch)
@@ -245,7 +245,7 @@ def test_mirrored_strategy_step_equals_one_device_step():
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(devices) == 8, "tests/conftest.py declares 8 logical CPUs"
     batch = _global_batch(np.random.default_rng(0))
-    initial = kt.Transformer.from_preset("tiny", vocab_size=30, dropout_rate=0.0).get_weights()
+    initial = kt.Transformer.from_preset("tiny", vocab_size=30, dropout_rate=0.0, num_layers=1).get_weights()
     one_loss, one_weights = _one_step(tf.distribute.OneDeviceStrategy(devices[0]), initial, batch)
     mirrored_loss, mirrored_weights = _one_step(tf.distribute.MirroredStrategy(devices), initial, batch)
     assert mirrored_loss == pytest.approx(one_loss, rel=1e-5)

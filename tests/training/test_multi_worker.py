@@ -44,7 +44,8 @@ CHECKPOINT_EVERY = 8
 DEADLINE_SECONDS = 900
 TEST_FLAGS = ["--train-steps", str(STEPS), "--checkpoint-every-steps", str(CHECKPOINT_EVERY),
               "--eval-every-steps", str(STEPS), "--verbose", "2", "--set", "eval_sentences=5",
-              "--set", "sample_translations=1", "--set", "cooldown_fraction=0.25"]  # cooled from step 18
+              "--set", "sample_translations=1", "--set", "cooldown_fraction=0.25",  # cooled from step 18
+              "--set", "num_layers=1"]  # 1 + 1 layers: a third less CPU time than the preset's 2 + 2
 
 
 def readme_worker_commands():

@@ -20,7 +20,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.training.data_stream import DataPosition
 from keras_transformer.training.training_model import TrainingTransformer
 
-CONFIG = TransformerConfig.from_preset("tiny", vocab_size=30, dropout_rate=0.1)
+CONFIG = TransformerConfig.from_preset("tiny", vocab_size=30, dropout_rate=0.1, num_layers=1)
 ACCELERATOR_DEVICES = ("GPU", "DEFAULT")
 
 

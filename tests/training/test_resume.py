@@ -48,7 +48,8 @@ def _command(corpus_spec, run_directory, train_steps=TRAIN_STEPS, precision="off
             "--workdir", str(run_directory / "workdir"), *export_flags, "--mixed-precision", precision,
             "--train-steps", str(train_steps), "--checkpoint-every-steps", str(CHECKPOINT_EVERY),
             "--eval-every-steps", str(train_steps), "--verbose", "2",
-            "--set", "dropout_rate=0.1", "--set", "eval_sentences=5", "--set", "sample_translations=1"]
+            "--set", "dropout_rate=0.1", "--set", "eval_sentences=5", "--set", "sample_translations=1",
+            "--set", "num_layers=1"]
 
 
 def _start(command, log_path):

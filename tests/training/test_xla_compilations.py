@@ -51,7 +51,7 @@ def test_the_training_step_compiles_once_per_batch_shape(tmp_path):
     command = [sys.executable, "-m", "pipelines.train_wmt", "--preset", "tiny", "--dataset", corpus_spec,
                "--workdir", str(workdir), "--no-export", "--jit-compile", "--train-steps", str(TRAIN_STEPS),
                "--checkpoint-every-steps", str(TRAIN_STEPS), "--eval-every-steps", str(TRAIN_STEPS),
-               "--verbose", "2", "--set", "eval_sentences=2", "--set", "sample_translations=1"]
+               "--verbose", "2", "--set", "eval_sentences=2", "--set", "sample_translations=1", "--set", "num_layers=1"]
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                        XLA_FLAGS=f"--xla_dump_to={dumps} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE")
     result = subprocess.run(command, cwd=REPOSITORY, env=environment, capture_output=True, text=True,
