@@ -9,7 +9,7 @@ Tolerances: float32 sums taken in another order (per replica, per micro-batch) d
 bits, so losses agree to 1e-5 relative and weights to 1e-5 relative plus 1e-6 absolute (weights
 near zero). A wrongly normalized loss is off by far more: dividing each replica's token-loss sum
 by its own real-token count (then by the 8 replicas) weighs a token by 1 / (8 x its replica's count)
-instead of 1 / (the global count); tried on the mirrored test, every element of some weights then
+instead of 1 / (the global count); tried on the mirrored test (with 2 + 2 layers), every element of some weights then
 misses by up to 0.1 (100% mismatched), although the token-weighted reported loss still agrees.
 
 SGD, not Adam, as in tests/test_model.py: Adam's first update is about lr * sign(gradient) whatever
