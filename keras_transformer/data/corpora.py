@@ -9,8 +9,8 @@ may be larger than RAM. Each split's files are checked once, streaming, the firs
 used (and remembered across processes while the files are unchanged, see text_files.py): a bad
 file is reported with its path, the 1-based line number and the offending value, before any
 training starts. Lines where either side is empty (after stripping surrounding
-whitespace) are skipped and counted, never fatal; the count is logged and kept in
-`LocalParallelCorpus.skipped_empty[split]`.
+whitespace) are skipped and counted, never fatal; the count is logged with the first such line
+(its number and file), and kept in `LocalParallelCorpus.skipped_empty[split]`.
 """
 import abc
 import logging
@@ -205,7 +205,7 @@ class LocalParallelCorpus(Corpus):
         if split not in self.files:
             raise ValueError(f"{self.name}: no files for split {split!r}; it has {sorted(self.files)}")
         num_pairs = skipped = 0
-        entry_counts = []
+        entry_counts, first_skipped = [], None
         for entry in self._entries(split):
             if isinstance(entry, tuple):
                 counts = remembered_check(entry, "aligned", lambda: check_aligned_files(*entry))
@@ -214,10 +214,14 @@ class LocalParallelCorpus(Corpus):
                                           lambda: check_tsv(entry, self.tsv_columns))
             num_pairs, skipped = num_pairs + counts.num_pairs, skipped + counts.num_skipped_empty
             entry_counts.append(counts)
+            if first_skipped is None and counts.first_skipped_line is not None:
+                files = " and ".join(str(path) for path in _entry_paths(entry))
+                first_skipped = f"line {counts.first_skipped_line} of {files}"
         self._entry_counts[split] = entry_counts
         self.skipped_empty[split] = skipped
         if skipped:
-            logger.warning("%s/%s: skipped %d line(s) with an empty side", self.name, split, skipped)
+            logger.warning("%s/%s: skipped %d line(s) with an empty side (the first: %s)", self.name, split,
+                           skipped, first_skipped)
         if self.holdout is None:
             self._num_pairs[split] = num_pairs
         else:

@@ -56,10 +56,12 @@ class CorpusFormatError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class FileCounts:
-    """What checking a file entry found: pairs kept, and lines skipped because a side is empty."""
+    """What checking a file entry found: pairs kept, lines skipped because a side is empty, and the
+    1-based number of the first of those (None when none was skipped)."""
 
     num_pairs: int
     num_skipped_empty: int
+    first_skipped_line: Optional[int] = None
 
 
 def strip_whitespace(texts: tf.Tensor) -> tf.Tensor:
@@ -204,19 +206,21 @@ def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCou
         source_kept, target_kept = strip_whitespace(source[:common]), strip_whitespace(target[:common])
         empty = tf.logical_or(tf.equal(source_kept, ""), tf.equal(target_kept, ""))
         return (tf.size(source, tf.int64), tf.size(target, tf.int64), _first(_invalid_utf8(source)),
-                _first(_invalid_utf8(target)), tf.math.count_nonzero(empty, dtype=tf.int64))
+                _first(_invalid_utf8(target)), tf.math.count_nonzero(empty, dtype=tf.int64), _first(empty))
 
     batches = (tf.data.Dataset.zip(_batches_then_empty(_lines(source_path)),
                                    _batches_then_empty(_lines(target_path)))
                .take_while(plain(lambda source, target: tf.size(source) + tf.size(target) > 0)))
     num_sources = num_targets = num_common = skipped = 0
-    first_bad_target = None
-    for source_size, target_size, bad_source, bad_target, empty in (
+    first_bad_target = first_skipped = None
+    for source_size, target_size, bad_source, bad_target, empty, first_empty in (
             batches.map(plain(batch_counts), num_parallel_calls=tf.data.AUTOTUNE).prefetch(2).as_numpy_iterator()):
         if bad_source >= 0:  # the source file's errors come first, as if it were read first
             _raise_invalid_utf8(source_path, num_sources + int(bad_source))
         if bad_target >= 0 and first_bad_target is None:
             first_bad_target = num_targets + int(bad_target)
+        if first_empty >= 0 and first_skipped is None:
+            first_skipped = num_common + int(first_empty) + 1
         num_common += int(min(source_size, target_size))
         num_sources, num_targets = num_sources + int(source_size), num_targets + int(target_size)
         skipped += int(empty)
@@ -229,7 +233,7 @@ def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCou
             f"{source_path} has {num_sources} lines but {target_path} has {num_targets}: "
             f"aligned files must have the same number of lines; line {shorter_count + 1} of "
             f"{longer} has no counterpart in {shorter}")
-    return FileCounts(num_pairs=num_common - skipped, num_skipped_empty=skipped)
+    return FileCounts(num_pairs=num_common - skipped, num_skipped_empty=skipped, first_skipped_line=first_skipped)
 
 
 def _tsv_fields(lines: tf.Tensor, columns: Optional[Sequence[int]]):
@@ -267,21 +271,23 @@ def check_tsv(path: PathLike, columns: Optional[Sequence[int]] = None) -> FileCo
         source, target, well_formed = _tsv_fields(lines, columns)
         empty = tf.logical_or(tf.equal(strip_whitespace(source), ""), tf.equal(strip_whitespace(target), ""))
         return (tf.size(lines, tf.int64), _first(_invalid_utf8(lines)), _first(tf.logical_not(well_formed)),
-                tf.math.count_nonzero(empty, dtype=tf.int64))
+                tf.math.count_nonzero(empty, dtype=tf.int64), _first(empty))
 
     num_lines = skipped = 0
-    first_malformed = None
-    for size, bad, malformed, empty in (_lines(path).batch(LINES_PER_BATCH)
+    first_malformed = first_skipped = None
+    for size, bad, malformed, empty, first_empty in (_lines(path).batch(LINES_PER_BATCH)
                                         .map(plain(batch_counts), num_parallel_calls=tf.data.AUTOTUNE)
                                         .prefetch(2).as_numpy_iterator()):
         if bad >= 0:
             _raise_invalid_utf8(path, num_lines + int(bad))
         if malformed >= 0 and first_malformed is None:
             first_malformed = num_lines + int(malformed)
+        if first_empty >= 0 and first_skipped is None:
+            first_skipped = num_lines + int(first_empty) + 1
         num_lines, skipped = num_lines + int(size), skipped + int(empty)
     if first_malformed is not None:
         _raise_bad_tsv_line(path, first_malformed, columns)
-    return FileCounts(num_pairs=num_lines - skipped, num_skipped_empty=skipped)
+    return FileCounts(num_pairs=num_lines - skipped, num_skipped_empty=skipped, first_skipped_line=first_skipped)
 
 
 def _kept(source: tf.Tensor, target: tf.Tensor):
@@ -382,9 +388,14 @@ def _remembered(key: dict, compute: Callable[[], dict], what: str, paths: Sequen
     return value
 
 
+# Part of a remembered check's key: raised when FileCounts changes, so that older results are made again.
+CHECK_FORMAT = 2
+
+
 def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], FileCounts]) -> FileCounts:
     """`check()`'s result for these files, read from the check cache if it holds one for the files as
     they are now (same absolute paths, sizes and modification times, same options); else checks and
     remembers the result. A check that raises is never remembered."""
-    counts = _remembered(_file_key(paths, options), lambda: dataclasses.asdict(check()), "check", paths)
+    key = _file_key(paths, {"options": options, "format": CHECK_FORMAT})
+    counts = _remembered(key, lambda: dataclasses.asdict(check()), "check", paths)
     return FileCounts(**counts)

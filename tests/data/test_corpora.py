@@ -74,7 +74,31 @@ def test_empty_lines_are_skipped_and_counted(tmp_path, caplog):
         assert list(corpus.pairs("train")) == [("one", "eins"), ("five", "fünf")]
         assert list(corpus.pairs("test")) == [("a", "b"), ("e", "f")]
     assert corpus.skipped_empty == {"train": 3, "test": 3}
-    assert "tiny/train: skipped 3 line(s)" in caplog.text
+    assert f"tiny/train: skipped 3 line(s) with an empty side (the first: line 2 of {source} and {target})" in caplog.text
+    assert f"tiny/test: skipped 3 line(s) with an empty side (the first: line 2 of {tsv})" in caplog.text
+
+
+def test_the_first_skipped_line_is_counted_across_batches_and_remembered(tmp_path, monkeypatch, caplog):
+    """A skipped line past the first batch of lines is numbered from the file's start, and a check
+    read back from the check cache still names it."""
+    from keras_transformer.data import text_files
+
+    monkeypatch.setenv(text_files.CHECK_CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(text_files, "LINES_PER_BATCH", 4)
+    lines = [f"s{index}\tt{index}" for index in range(11)]
+    lines[9] = "s9\t "
+    tsv = write_text(tmp_path / "train.tsv", lines)
+    source = write_text(tmp_path / "train.en", [f"s{index}" for index in range(7)] + [""])
+    target = write_text(tmp_path / "train.de", [f"t{index}" for index in range(8)])
+    for _ in range(2):  # checked, then read back from the cache
+        assert text_files.remembered_check([tsv], {"tsv_columns": None}, lambda: text_files.check_tsv(tsv)) == (
+            text_files.FileCounts(num_pairs=10, num_skipped_empty=1, first_skipped_line=10))
+        assert text_files.remembered_check((source, target), "aligned",
+                                           lambda: text_files.check_aligned_files(source, target)) == (
+            text_files.FileCounts(num_pairs=7, num_skipped_empty=1, first_skipped_line=8))
+    with caplog.at_level("WARNING"):
+        LocalParallelCorpus({"train": tsv}, name="long").num_pairs("train")
+    assert f"long/train: skipped 1 line(s) with an empty side (the first: line 10 of {tsv})" in caplog.text
 
 
 def test_missing_file_and_missing_split_are_clear(tmp_path):
