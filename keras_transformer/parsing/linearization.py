@@ -166,7 +166,7 @@ def repair(sequence: str, words: Sequence[str], root_label: str = REPAIR_ROOT_LA
         container.extend(Tree(guess_tag(word), word=word) for word in words[next_word:])
     if not sequence.split() or next_word == 0:
         repairs.empty = True
-    if len(top) == 1:
+    if len(top) == 1 and not (repairs.empty and top[0].is_preterminal):
         return top[0], repairs
-    repairs.extra_roots = len(top) - 1
+    repairs.extra_roots = len(top) - 1  # 0 for the one guessed word of an empty sequence
     return Tree(root_label, top), repairs

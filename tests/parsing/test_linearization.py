@@ -58,6 +58,15 @@ def test_repair_gives_a_tree_over_exactly_the_words(sequence, expected, fixed):
     assert bool(repairs) == bool(fixed)
 
 
+def test_an_empty_sequence_over_one_word_gives_a_root_over_it():
+    """As for several words: the root label over the word with its guessed tag, not a bare tag
+    (which would have no bracket to score)."""
+    tree, repairs = repair("", ["Yes"])
+    assert tree.to_string() == "(S (NN Yes))"
+    assert repairs.describe() == ["missing_words 1", "empty True"]
+    assert repair("UH", ["Yes"])[0].to_string() == "(UH Yes)"  # what the model answered, kept
+
+
 def test_every_gum_train_tree_survives_linearization():
     root = require_shared_data("gum/train.ptb")
     count = 0
