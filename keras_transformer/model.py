@@ -6,6 +6,7 @@ from keras_transformer import masking
 from keras_transformer.config import EOS_ID, TransformerConfig
 from keras_transformer.cpu import avx2_without_avx512
 from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -71,8 +72,8 @@ class Transformer(keras.Model):
         positional = SinusoidalPositionalEncoding if c.positional == "sinusoidal" else LearnedPositionalEmbedding
         self.source_positional = positional(c.max_length, name="source_positional")
         self.target_positional = positional(c.max_length, name="target_positional")
-        self.source_dropout = keras.layers.Dropout(c.dropout_rate, name="source_dropout")
-        self.target_dropout = keras.layers.Dropout(c.dropout_rate, name="target_dropout")
+        self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
+        self.target_dropout = Dropout(c.dropout_rate, name="target_dropout")
         self.encoder = Encoder(num_layers=c.num_layers, **layer_args, name="encoder")
         self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer_args, name="decoder")
         if c.aligned_next:

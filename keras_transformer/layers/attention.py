@@ -4,6 +4,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # whether a function is traced for XLA
 
 from keras_transformer import masking
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.shapes import dimension
 
 
@@ -138,7 +139,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dim = value_dim
         self.attention_dropout_rate = attention_dropout_rate
         self.cross_attention = cross_attention
-        self.attention_dropout = keras.layers.Dropout(attention_dropout_rate, name="attention_dropout")
+        self.attention_dropout = Dropout(attention_dropout_rate, name="attention_dropout")
 
     def build(self, input_shape):
         d_model = input_shape[-1]

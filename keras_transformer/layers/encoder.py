@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -40,7 +41,7 @@ class SublayerConnection(keras.layers.Layer):
         super().__init__(**kwargs)
         self.norm_first = norm_first
         self.layer_norm = LayerNormalization(epsilon=layer_norm_epsilon, name="layer_norm")
-        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.dropout = Dropout(dropout_rate, name="dropout")
 
     def build(self, input_shape):
         self.layer_norm.build(input_shape)

@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.attention import dense, transposed
+from keras_transformer.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -20,7 +21,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         super().__init__(**kwargs)
         self.d_ff = d_ff
         self.relu_dropout_rate = relu_dropout_rate
-        self.relu_dropout = keras.layers.Dropout(relu_dropout_rate, name="relu_dropout")
+        self.relu_dropout = Dropout(relu_dropout_rate, name="relu_dropout")
 
     def build(self, input_shape):
         d_model = input_shape[-1]
