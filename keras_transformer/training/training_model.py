@@ -10,7 +10,8 @@ Gradient accumulation: the step's loss is sum(token losses of all K micro-batche
 (their real target tokens), exactly the loss of one step on their union. Each micro-batch adds the
 gradient of its own token-loss sum divided by that global count, so the sum of the K gradients
 is the gradient of the union's loss; the optimizer then applies it once (one learning-rate step).
-The micro-batches run in a tf.while_loop: one copy of the model in the graph whatever K is.
+The micro-batches run in a tf.while_loop, one after the other (parallel_iterations=1): one copy of
+the model in the graph whatever K is, and one micro-batch's activations in memory at a time.
 Each is unpacked to its own (B, L) shape, which the data decide: XLA cannot compile that as part of
 one whole step ("Input 1 to node `while/Reshape` ... must be a compile-time constant"), so with
 jit_compile=True and K > 1 each micro-batch's forward and backward pass is compiled apart, on one
@@ -93,8 +94,11 @@ class TrainingTransformer(Transformer):
                                for total_gradient, gradient in zip(gradient_sums, gradients)]
 
         initial = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
+        # One micro-batch at a time: with the default 10 parallel iterations the next micro-batch's
+        # forward pass could start before this one's backward pass ends, and hold their activations
+        # at once, where accumulating is for the memory of one.
         _, gradient_sums = tf.while_loop(lambda index, _: index < self.accumulate_steps, body,
-                                         (tf.constant(0), initial))
+                                         (tf.constant(0), initial), parallel_iterations=1)
         self._apply_gradients(gradient_sums, variables)
         return self.get_metrics_result()
 

@@ -175,6 +175,49 @@ def test_accumulated_micro_batches_equal_one_step_on_their_union(policy):
     assert accumulated[2] == (4, 0, 1)
 
 
+class OrderRecorded(TrainingTransformer):
+    """Appends to `events` "start" when a micro-batch's forward pass may begin (its data are there)
+    and "end" when its gradients are done, by numpy functions the pass's tensors flow through (not
+    stateful ones, which automatic control dependencies would order in any case)."""
+
+    def __init__(self, *args, events, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._append_event = events.append  # (Keras would track a list attribute as a copy)
+
+    def _record(self, event, tensor):
+        def append(value):
+            self._append_event(event)
+            return value
+
+        return tf.ensure_shape(tf.numpy_function(append, [tensor], tf.int32, stateful=False), [])
+
+    def _uncompiled_loss_and_gradients(self, x, y, global_count):
+        (source, target_input), target_output = x, y
+        started = self._record("start", tf.shape(source)[0])
+        source = tf.where(started >= 0, source, tf.zeros_like(source))
+        gradients, logits, total, count = super()._uncompiled_loss_and_gradients(
+            (source, target_input), target_output, global_count)
+        gradients = [tf.convert_to_tensor(gradient) for gradient in gradients]
+        ended = self._record("end", tf.cast(tf.add_n([tf.reduce_sum(g) for g in gradients]) * 0, tf.int32))
+        gradients[-1] = tf.where(ended >= 0, gradients[-1], tf.zeros_like(gradients[-1]))
+        return gradients, logits, total, count
+
+
+def test_micro_batches_run_one_after_the_other():
+    """Micro-batch k + 1's forward pass starts after micro-batch k's gradients are done: the memory
+    of one micro-batch's activations at a time, what accumulating on one GPU is for (a while loop's
+    iterations may otherwise overlap; the accumulation's runs with parallel_iterations=1)."""
+    batches = _batches(np.random.default_rng(2), 8)
+    budget = max(max(b[0][0].size, b[1].size) for b in batches)
+    packed = pack_micro_batches(_ragged_elements([_element(b, [0, 0, i]) for i, b in enumerate(batches)]), 8, budget)
+    events = []
+    model = OrderRecorded(CONFIG, accumulate_steps=8, data_position=DataPosition(), events=events)
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    model.prepare_for_training()
+    model.fit(packed.repeat(), epochs=1, steps_per_epoch=3, verbose=0, shuffle=False)
+    assert events == ["start", "end"] * 8 * 3
+
+
 class _OverflowOnReplica1(LabelSmoothedCrossEntropy):
     """The paper's loss, whose gradient with respect to the logits is inf on replica 1 alone: a
     float16 overflow on one replica of several."""
