@@ -276,8 +276,12 @@ def _worker_lost(error: tf.errors.OpError, when: str, workdir) -> WorkerLost:
     telling = [line for line in lines if re.search(PEER_TROUBLE, line, flags=re.I)]
     reason = (telling or lines or [""])[0][:300]
     latest = tf.train.latest_checkpoint(str(checkpoint_directory(workdir)))
+    waited = ""
+    if isinstance(error, tf.errors.DeadlineExceededError):
+        waited = ("; if no worker died, a collective waited longer than --collective-timeout allows (a worker "
+                  "that is slow at this point, or XLA compiling a new batch shape under --jit-compile): raise it")
     return WorkerLost(f"a worker of the cluster was lost {when} ({type(error).__name__}: {reason}); the last "
-                      f"checkpoint is {latest}: start every worker again to resume from it")
+                      f"checkpoint is {latest}: start every worker again to resume from it{waited}")
 
 
 def _run_description(configs: RunConfigs, tokenizer, strategy) -> dict:

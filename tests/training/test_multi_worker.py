@@ -388,5 +388,11 @@ def test_only_an_error_that_says_a_peer_is_gone_is_a_lost_worker(monkeypatch):
     assert run._peer_failed(tf.errors.DeadlineExceededError(None, None, "the collective timed out"), None)
     assert run._peer_failed(lost, None) and not any(run._peer_failed(error, None) for error in gpu)
     assert "Connection reset by peer" in str(run._worker_lost(lost, "at step 7", pathlib.Path("/nowhere")))
+    assert "collective-timeout" not in str(run._worker_lost(lost, "at step 7", pathlib.Path("/nowhere")))
+    timed_out = run._worker_lost(tf.errors.DeadlineExceededError(None, None, "Collective ops timed out"), "at step 7",
+                                 pathlib.Path("/nowhere"))
+    assert str(timed_out).endswith("a collective waited longer than --collective-timeout allows (a worker that is "
+                                   "slow at this point, or XLA compiling a new batch shape under --jit-compile): "
+                                   "raise it")
     monkeypatch.setattr(run, "num_workers", lambda strategy: 1)  # one worker: every error as it is
     assert not run._peer_failed(lost, None)
