@@ -10,7 +10,8 @@ own segment before it are tokenized and skipped. Positions: the epoch's start, i
 start of its last segment, and beyond the last batch of its last segment (the worst case: a whole
 segment tokenized and skipped, then the next epoch's first batch). With data.stream_regions > 1 (the
 default) each position also waits for the regions' readers to read the text before their starts
-(`--stream-regions 1`: the files' order).
+(`--stream-regions 1`: the files' order). `--empty-first-line` reads a copy of the corpus whose
+first source line is empty (skipped by the check), as web-crawled corpora have such lines.
 
 Before segments, a restart tokenized every pair before the position: `full_epoch_seconds_estimate`
 is the epoch's pairs at the measured tokenization rate of one segment, what re-entering at the end of
@@ -36,7 +37,22 @@ def parse_args():
                         help="DataConfig.segment_pairs (default: DataConfig's)")
     parser.add_argument("--stream-regions", type=int, default=None,
                         help="DataConfig.stream_regions (default: DataConfig's; 1: the files' order)")
+    parser.add_argument("--empty-first-line", action="store_true",
+                        help="read a copy of the corpus whose first source line is empty")
     return parser.parse_args()
+
+
+def _with_empty_first_line(source: pathlib.Path, target: pathlib.Path):
+    """A copy of the aligned files (beside them, made once) whose first source line is empty."""
+    directory = source.parent / "empty-first-line"
+    copies = directory / source.name, directory / target.name
+    if not all(path.exists() for path in copies):
+        directory.mkdir(exist_ok=True)
+        for original, copy, script in ((source, copies[0], "1s/.*//"), (target, copies[1], "")):
+            with open(copy.with_name(copy.name + ".tmp"), "wb") as out:
+                subprocess.run(["sed", script, str(original)], stdout=out, check=True)
+            copy.with_name(copy.name + ".tmp").replace(copy)
+    return copies
 
 
 def _prefix_corpus(workdir: pathlib.Path, num_pairs: int):
@@ -64,6 +80,8 @@ def main():
     workdir = pathlib.Path(args.workdir).resolve()
     source, target = _prefix_corpus(workdir, args.pairs)
     learn_vocabulary(workdir, (source, target))
+    if args.empty_first_line:
+        source, target = _with_empty_first_line(source, target)
     configs = _configs(f"train={source},{target}")
     overrides = {name: value for name, value in (("segment_pairs", args.segment_pairs),
                                                  ("stream_regions", args.stream_regions)) if value is not None}

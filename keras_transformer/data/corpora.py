@@ -247,14 +247,13 @@ class LocalParallelCorpus(Corpus):
 
     def prepare(self) -> None:
         """Checks the files of every split (or train, with a holdout), and makes the line index of
-        each train file whose lines are all pairs (pairs_from reads from it)."""
+        each train file (pairs_from reads from it)."""
         for split in self.files:
             self._check(split)
         if self.holdout is None and "train" in self.files:
-            for entry, counts in zip(self._entries("train"), self._entry_counts["train"]):
-                if counts.num_skipped_empty == 0:
-                    for path in _entry_paths(entry):
-                        line_index(path)
+            for entry in self._entries("train"):
+                for path in _entry_paths(entry):
+                    line_index(path)
 
     def _entry_pairs(self, entry: FileEntry, skip_lines=0) -> tf.data.Dataset:
         if isinstance(entry, tuple):
@@ -272,8 +271,10 @@ class LocalParallelCorpus(Corpus):
     def pairs_from(self, split: str) -> Callable[[tf.Tensor], tf.data.Dataset]:
         """As Corpus.pairs_from, faster: in a file with no skipped line, pair i is line i, so the
         file is read from the chunk of its line index that holds the line (text_files.line_index),
-        and one wholly before `start` is not read. Files with skipped lines, and splits held out of
-        train, skip pair by pair."""
+        and one wholly before `start` is not read. In a file with skipped lines, the check counted
+        them by blocks of lines (FileCounts.pairs_block): the file is read from the block that
+        holds the pair, and skips the pairs before it in that block. Splits held out of train skip
+        pair by pair."""
         check_split(split)
         self._check(split)
         if self.holdout is not None:
@@ -284,8 +285,8 @@ class LocalParallelCorpus(Corpus):
             datasets, before = [], 0
             for entry, counts in zip(entries, entry_counts):
                 skip = tf.clip_by_value(tf.cast(start, tf.int64) - before, 0, counts.num_pairs)
-                datasets.append(self._entry_pairs(entry, skip_lines=skip) if counts.num_skipped_empty == 0
-                                else self._entry_pairs(entry).skip(skip))
+                first_line, pairs_in_block = counts.pairs_block(skip)
+                datasets.append(self._entry_pairs(entry, skip_lines=first_line).skip(pairs_in_block))
                 before += counts.num_pairs
             pairs = datasets[0]
             for dataset in datasets[1:]:

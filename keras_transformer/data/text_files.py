@@ -56,12 +56,30 @@ class CorpusFormatError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class FileCounts:
-    """What checking a file entry found: pairs kept, lines skipped because a side is empty, and the
-    1-based number of the first of those (None when none was skipped)."""
+    """What checking a file entry found: pairs kept, lines skipped because a side is empty, the
+    1-based number of the first of those (None when none was skipped), and where a file with
+    skipped lines has its pairs: skipped_before_blocks[b] lines were skipped before (0-based) line
+    b * block_lines (empty when none was skipped), so kept pair i is in the last block b with
+    b * block_lines - skipped_before_blocks[b] <= i (`pairs_block`)."""
 
     num_pairs: int
     num_skipped_empty: int
     first_skipped_line: Optional[int] = None
+    block_lines: int = 0
+    skipped_before_blocks: list = dataclasses.field(default_factory=list)
+
+    def pairs_block(self, pair) -> tuple[tf.Tensor, tf.Tensor]:
+        """(the first line of the block that holds kept pair `pair` (an int64 scalar), the kept pairs
+        of that block before it): read from that line, skip those pairs."""
+        pair = tf.cast(pair, tf.int64)
+        if not self.num_skipped_empty:
+            return pair, tf.constant(0, tf.int64)
+        if not self.skipped_before_blocks:  # not counted by blocks: pair by pair from the start
+            return tf.constant(0, tf.int64), pair
+        blocks = np.arange(len(self.skipped_before_blocks), dtype=np.int64)
+        kept_before = tf.constant(blocks * self.block_lines - np.array(self.skipped_before_blocks, np.int64))
+        block = tf.maximum(tf.searchsorted(kept_before, pair[None], side="right")[0] - 1, 0)
+        return block * self.block_lines, pair - kept_before[block]
 
 
 def strip_whitespace(texts: tf.Tensor) -> tf.Tensor:
@@ -213,6 +231,7 @@ def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCou
                .take_while(plain(lambda source, target: tf.size(source) + tf.size(target) > 0)))
     num_sources = num_targets = num_common = skipped = 0
     first_bad_target = first_skipped = None
+    skipped_before_blocks = []
     for source_size, target_size, bad_source, bad_target, empty, first_empty in (
             batches.map(plain(batch_counts), num_parallel_calls=tf.data.AUTOTUNE).prefetch(2).as_numpy_iterator()):
         if bad_source >= 0:  # the source file's errors come first, as if it were read first
@@ -221,6 +240,7 @@ def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCou
             first_bad_target = num_targets + int(bad_target)
         if first_empty >= 0 and first_skipped is None:
             first_skipped = num_common + int(first_empty) + 1
+        skipped_before_blocks.append(skipped)
         num_common += int(min(source_size, target_size))
         num_sources, num_targets = num_sources + int(source_size), num_targets + int(target_size)
         skipped += int(empty)
@@ -233,7 +253,14 @@ def check_aligned_files(source_path: PathLike, target_path: PathLike) -> FileCou
             f"{source_path} has {num_sources} lines but {target_path} has {num_targets}: "
             f"aligned files must have the same number of lines; line {shorter_count + 1} of "
             f"{longer} has no counterpart in {shorter}")
-    return FileCounts(num_pairs=num_common - skipped, num_skipped_empty=skipped, first_skipped_line=first_skipped)
+    return _counts(num_common, skipped, first_skipped, skipped_before_blocks)
+
+
+def _counts(num_lines, skipped, first_skipped, skipped_before_blocks) -> FileCounts:
+    if not skipped:
+        return FileCounts(num_pairs=num_lines, num_skipped_empty=0)
+    return FileCounts(num_pairs=num_lines - skipped, num_skipped_empty=skipped, first_skipped_line=first_skipped,
+                      block_lines=LINES_PER_BATCH, skipped_before_blocks=skipped_before_blocks)
 
 
 def _tsv_fields(lines: tf.Tensor, columns: Optional[Sequence[int]]):
@@ -275,6 +302,7 @@ def check_tsv(path: PathLike, columns: Optional[Sequence[int]] = None) -> FileCo
 
     num_lines = skipped = 0
     first_malformed = first_skipped = None
+    skipped_before_blocks = []
     for size, bad, malformed, empty, first_empty in (_lines(path).batch(LINES_PER_BATCH)
                                         .map(plain(batch_counts), num_parallel_calls=tf.data.AUTOTUNE)
                                         .prefetch(2).as_numpy_iterator()):
@@ -284,10 +312,11 @@ def check_tsv(path: PathLike, columns: Optional[Sequence[int]] = None) -> FileCo
             first_malformed = num_lines + int(malformed)
         if first_empty >= 0 and first_skipped is None:
             first_skipped = num_lines + int(first_empty) + 1
+        skipped_before_blocks.append(skipped)
         num_lines, skipped = num_lines + int(size), skipped + int(empty)
     if first_malformed is not None:
         _raise_bad_tsv_line(path, first_malformed, columns)
-    return FileCounts(num_pairs=num_lines - skipped, num_skipped_empty=skipped, first_skipped_line=first_skipped)
+    return _counts(num_lines, skipped, first_skipped, skipped_before_blocks)
 
 
 def _kept(source: tf.Tensor, target: tf.Tensor):
@@ -389,7 +418,7 @@ def _remembered(key: dict, compute: Callable[[], dict], what: str, paths: Sequen
 
 
 # Part of a remembered check's key: raised when FileCounts changes, so that older results are made again.
-CHECK_FORMAT = 2
+CHECK_FORMAT = 3
 
 
 def remembered_check(paths: Sequence[PathLike], options, check: Callable[[], FileCounts]) -> FileCounts:

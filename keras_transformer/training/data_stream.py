@@ -15,8 +15,9 @@ pairs from all over the files, not one stretch of them: files concatenated domai
 trained on them, one domain or one end of the sort at a time. The files are taken as a circle that
 starts, each epoch, at a pair drawn with (seed, e), and cut there into the R regions. A region
 starts reading at its first pair (`Corpus.pairs_from`: in a file with no skipped line, pair i is
-line i, read from the chunk of the file's line index that holds it, text_files.line_index), so
-the lines before it are not read.
+line i, read from the chunk of the file's line index that holds it, text_files.line_index; in a
+file with skipped lines, from the block of lines that holds it, FileCounts.pairs_block), so the
+lines before it are not read.
 
 Each batch carries its position, (e, k, index of the batch in segment k), and the training step
 records the position of the last batch it consumed in a DataPosition, saved with every checkpoint.

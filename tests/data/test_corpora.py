@@ -92,12 +92,17 @@ def test_the_first_skipped_line_is_counted_across_batches_and_remembered(tmp_pat
     target = write_text(tmp_path / "train.de", [f"t{index}" for index in range(8)])
     for _ in range(2):  # checked, then read back from the cache
         assert text_files.remembered_check([tsv], {"tsv_columns": None}, lambda: text_files.check_tsv(tsv)) == (
-            text_files.FileCounts(num_pairs=10, num_skipped_empty=1, first_skipped_line=10))
+            text_files.FileCounts(num_pairs=10, num_skipped_empty=1, first_skipped_line=10, block_lines=4,
+                                  skipped_before_blocks=[0, 0, 0]))
         assert text_files.remembered_check((source, target), "aligned",
                                            lambda: text_files.check_aligned_files(source, target)) == (
-            text_files.FileCounts(num_pairs=7, num_skipped_empty=1, first_skipped_line=8))
+            text_files.FileCounts(num_pairs=7, num_skipped_empty=1, first_skipped_line=8, block_lines=4,
+                                  skipped_before_blocks=[0, 0]))
     with caplog.at_level("WARNING"):
         LocalParallelCorpus({"train": tsv}, name="long").num_pairs("train")
+    # Counts without blocks (as remembered before they were counted) find a pair from the file's start.
+    first_line, pairs_before = text_files.FileCounts(num_pairs=10, num_skipped_empty=1).pairs_block(7)
+    assert (int(first_line), int(pairs_before)) == (0, 7)
     assert f"long/train: skipped 1 line(s) with an empty side (the first: line 10 of {tsv})" in caplog.text
 
 
@@ -207,21 +212,38 @@ def test_shared_corpora_read_with_their_roles(shared_data, multi30k):
     assert next(iter(get_corpus("tatoeba", data_root=shared_data, reverse=True).pairs("train")))[1]
 
 
-def test_pairs_from_any_pair_are_the_splits_tail(tmp_path):
-    """Corpus.pairs_from skips raw lines where pair i is line i, pair by pair in a file with empty
-    lines: either way the same pairs as dataset(split).skip(start), across the files' seams."""
+@pytest.mark.parametrize("block_lines", [8192, 2])
+def test_pairs_from_any_pair_are_the_splits_tail(tmp_path, monkeypatch, block_lines):
+    """Corpus.pairs_from skips raw lines where pair i is line i, and in a file with empty lines
+    reads from the block of lines that holds the pair (the check's blocks: 2 lines, so that pairs
+    fall in later blocks, and a block of skipped lines alone): either way the same pairs as
+    dataset(split).skip(start), across the files' seams."""
+    from keras_transformer.data import text_files
+
+    monkeypatch.setenv(text_files.CHECK_CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(text_files, "LINES_PER_BATCH", block_lines)
     clean_en = write_text(tmp_path / "a.en", [f"a{i}" for i in range(5)])
     clean_de = write_text(tmp_path / "a.de", [f"A{i}" for i in range(5)])
-    holes = write_text(tmp_path / "b.tsv", ["b0\tB0", "", "b1\tB1", "b2\t", "b3\tB3"])
+    holes = write_text(tmp_path / "b.tsv", ["b0\tB0", "", "b1\tB1", "b2\t", "", "b3\tB3", "b4\tB4"])
+    holes_en = write_text(tmp_path / "d.en", ["d0", "", "", "d1", "d2", ""])
+    holes_de = write_text(tmp_path / "d.de", ["D0", "x", "", "D1", "D2", "y"])
     tsv = write_text(tmp_path / "c.tsv", [f"c{i}\tC{i}" for i in range(4)])
+    read_from = []
+    entry_pairs = LocalParallelCorpus._entry_pairs
+    monkeypatch.setattr(LocalParallelCorpus, "_entry_pairs", lambda self, entry, skip_lines=0: (
+        read_from.append(skip_lines), entry_pairs(self, entry, skip_lines))[1])
     for reverse in (False, True):
-        corpus = LocalParallelCorpus({"train": [(clean_en, clean_de), holes, tsv]}, reverse=reverse)
+        corpus = LocalParallelCorpus({"train": [(clean_en, clean_de), holes, (holes_en, holes_de), tsv]},
+                                     reverse=reverse)
         whole = list(corpus.pairs("train"))
-        assert len(whole) == 5 + 3 + 4 and corpus.skipped_empty["train"] == 2
+        assert len(whole) == 5 + 4 + 3 + 4 and corpus.skipped_empty["train"] == 3 + 3
         pairs_from = corpus.pairs_from("train")
         for start in range(len(whole) + 2):
+            read_from.clear()
             got = [(s.numpy().decode(), t.numpy().decode()) for s, t in pairs_from(tf.constant(start, tf.int64))]
             assert got == whole[start:], (reverse, start)
+            if block_lines == 2 and start in (5 + 2, 5 + 3):  # b3 and b4: b.tsv's lines 6 and 7 (1-based),
+                assert int(read_from[1]) == {7: 4, 8: 6}[start]  # read from the blocks of lines 5-6 and 7
 
 
 def test_prepare_checks_every_split_and_indexes_the_train_files_once(tmp_path, monkeypatch):
@@ -238,7 +260,7 @@ def test_prepare_checks_every_split_and_indexes_the_train_files_once(tmp_path, m
     index_file = text_files._index_file
     monkeypatch.setattr(text_files, "_index_file", lambda path: indexed.append(path.name) or index_file(path))
     corpus.prepare()
-    assert sorted(indexed) == ["t.de", "t.en"]  # not the TSV whose pairs are not its lines
+    assert sorted(indexed) == ["h.tsv", "t.de", "t.en"]
     assert corpus.skipped_empty == {"train": 1, "validation": 0}
 
     def again(*args):
