@@ -212,16 +212,15 @@ def test_shared_corpora_read_with_their_roles(shared_data, multi30k):
     assert next(iter(get_corpus("tatoeba", data_root=shared_data, reverse=True).pairs("train")))[1]
 
 
-@pytest.mark.parametrize("block_lines", [8192, 2])
-def test_pairs_from_any_pair_are_the_splits_tail(tmp_path, monkeypatch, block_lines):
+def test_pairs_from_any_pair_are_the_splits_tail(tmp_path, monkeypatch):
     """Corpus.pairs_from skips raw lines where pair i is line i, and in a file with empty lines
-    reads from the block of lines that holds the pair (the check's blocks: 2 lines, so that pairs
-    fall in later blocks, and a block of skipped lines alone): either way the same pairs as
-    dataset(split).skip(start), across the files' seams."""
+    reads from the block of lines that holds the pair (the check's blocks, here of 2 lines, so that
+    pairs fall in later blocks, and a block holds skipped lines alone): either way the same pairs as
+    dataset(split).skip(start), from every start, across the files' seams (reversed: from a few)."""
     from keras_transformer.data import text_files
 
     monkeypatch.setenv(text_files.CHECK_CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(text_files, "LINES_PER_BATCH", block_lines)
+    monkeypatch.setattr(text_files, "LINES_PER_BATCH", 2)
     clean_en = write_text(tmp_path / "a.en", [f"a{i}" for i in range(5)])
     clean_de = write_text(tmp_path / "a.de", [f"A{i}" for i in range(5)])
     holes = write_text(tmp_path / "b.tsv", ["b0\tB0", "", "b1\tB1", "b2\t", "", "b3\tB3", "b4\tB4"])
@@ -238,12 +237,12 @@ def test_pairs_from_any_pair_are_the_splits_tail(tmp_path, monkeypatch, block_li
         whole = list(corpus.pairs("train"))
         assert len(whole) == 5 + 4 + 3 + 4 and corpus.skipped_empty["train"] == 3 + 3
         pairs_from = corpus.pairs_from("train")
-        for start in range(len(whole) + 2):
+        for start in ([0, 7, 10, len(whole)] if reverse else range(len(whole) + 2)):
             read_from.clear()
             got = [(s.numpy().decode(), t.numpy().decode()) for s, t in pairs_from(tf.constant(start, tf.int64))]
             assert got == whole[start:], (reverse, start)
-            if block_lines == 2 and start in (5 + 2, 5 + 3):  # b3 and b4: b.tsv's lines 6 and 7 (1-based),
-                assert int(read_from[1]) == {7: 4, 8: 6}[start]  # read from the blocks of lines 5-6 and 7
+            if start in (5 + 2, 5 + 3):  # b3 and b4, b.tsv's lines 6 and 7 (1-based): read from
+                assert int(read_from[1]) == {7: 4, 8: 6}[start]  # its blocks of lines 5-6 and 7
 
 
 def test_prepare_checks_every_split_and_indexes_the_train_files_once(tmp_path, monkeypatch):
