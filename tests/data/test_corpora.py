@@ -100,10 +100,10 @@ def test_the_first_skipped_line_is_counted_across_batches_and_remembered(tmp_pat
                                   skipped_before_blocks=[0, 0]))
     with caplog.at_level("WARNING"):
         LocalParallelCorpus({"train": tsv}, name="long").num_pairs("train")
+    assert f"long/train: skipped 1 line(s) with an empty side (the first: line 10 of {tsv})" in caplog.text
     # Counts without blocks (as remembered before they were counted) find a pair from the file's start.
     first_line, pairs_before = text_files.FileCounts(num_pairs=10, num_skipped_empty=1).pairs_block(7)
     assert (int(first_line), int(pairs_before)) == (0, 7)
-    assert f"long/train: skipped 1 line(s) with an empty side (the first: line 10 of {tsv})" in caplog.text
 
 
 def test_missing_file_and_missing_split_are_clear(tmp_path):
