@@ -99,7 +99,7 @@ def encode(tree: Tree) -> list[WordLabel]:
     return labels
 
 
-def _chain(labels: str, children: list) -> Tree:
+def chain_tree(labels: str, children: list) -> Tree:
     """Nested constituents for a "+"-joined chain of labels over `children`."""
     node = None
     for label in reversed(labels.split(CHAIN)):
@@ -109,7 +109,7 @@ def _chain(labels: str, children: list) -> Tree:
 
 def _leaf(word: str, label: WordLabel) -> Tree:
     leaf = Tree(label.tag, word=word)
-    return _chain(label.unary, [leaf]) if label.unary else leaf
+    return chain_tree(label.unary, [leaf]) if label.unary else leaf
 
 
 def common_ancestor_counts(labels: Sequence[WordLabel]) -> list[int]:
@@ -136,7 +136,7 @@ def decode(words: Sequence[str], labels: Sequence[WordLabel]) -> Tree:
         for k in splits + [last]:
             children.append(_leaf(words[start], labels[start]) if start == k else span(start, k))
             start = k + 1
-        return _chain(labels[splits[0]].lca or FALLBACK_LABEL, children)
+        return chain_tree(labels[splits[0]].lca or FALLBACK_LABEL, children)
 
     return _leaf(words[0], labels[0]) if len(words) == 1 else span(0, len(words) - 1)
 
