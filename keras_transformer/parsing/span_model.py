@@ -1,0 +1,158 @@
+"""A span-based parser's model: the paper's encoder over a sentence's SentencePiece pieces, a vector
+per word, a score for every span of words and label, and a part-of-speech tag per word.
+
+After Kitaev and Klein (2018, "Constituency Parsing with a Self-Attentive Encoder"), whose encoder
+is the paper's, with a span classifier in place of the decoder; a deviation from the paper's
+seq2seq parser (section 6.3), for small treebanks. `spans.best_spans` turns its scores into the
+most probable tree.
+
+Words (B, N) become vectors with two sentinels, BOS at 0 and EOS at n + 1: word w's vector is a
+projection of the encoder's outputs at its first and last piece. A span (i, j), covering words i
+.. j - 1 (fenceposts, 0 <= i < j <= n), is represented as Kitaev and Klein do, from the two halves
+f, b of the word vectors: [f_j - f_i ; b_{i+1} - b_{j+1}] (with the sentinels at 0 and n + 1, so
+f_j is word j's, 1-based). Its label scores are Dense(L)(ReLU(LayerNorm(W [...] + c))). W times the
+difference is the difference of W times each fencepost, so the first layer runs per word, not per
+span: P_k = W_f f_k - W_b b_{k+1}, and the span's hidden vector is P_j - P_i + c.
+"""
+import keras
+import tensorflow as tf
+
+from keras_transformer import masking
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
+from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.embedding import TokenEmbedding
+from keras_transformer.layers.encoder import Encoder, LayerNormalization
+from keras_transformer.layers.positional import SinusoidalPositionalEncoding
+
+
+def word_pieces(tokenize, sentences):
+    """In-graph: sentences (B,) strings of words separated by spaces -> (source_ids (B, S) with BOS
+    and EOS, word_starts (B, N + 2), word_ends (B, N + 2), word_counts (B,)).
+
+    tokenize: (W,) word strings -> ragged (W, None) piece ids (SubwordTokenizer.tokenize). Each word
+    is tokenized alone, so its pieces are the ones it has at the start of a sentence. word_starts
+    and word_ends hold the position of each word's first and last piece in source_ids, with BOS
+    (position 0) and EOS (position 1 + the pieces) as words 0 and n + 1; padding words read 0.
+    A word SentencePiece gives no piece gets UNK.
+    """
+    words = tf.strings.split(sentences)  # (B, None)
+    pieces = tokenize(words.flat_values)  # (W, None)
+    # A word that SentencePiece turns into no piece (characters its normalization deletes) reads as
+    # UNK: each word is padded with UNK and keeps at least one piece.
+    word_lengths = tf.maximum(tf.cast(pieces.row_lengths(), tf.int32), 1)  # (W,)
+    padded = tf.pad(pieces.to_tensor(default_value=UNK_ID), [[0, 0], [0, 1]], constant_values=UNK_ID)
+    flat_pieces = tf.RaggedTensor.from_tensor(padded, lengths=word_lengths).flat_values
+    sentence_lengths = tf.math.unsorted_segment_sum(word_lengths, words.value_rowids(), words.nrows())  # (B,)
+    batch = tf.cast(words.nrows(), tf.int32)
+    sentinel = tf.ones([batch, 1], tf.int32)
+    source = tf.concat([tf.RaggedTensor.from_tensor(sentinel * BOS_ID),
+                        tf.RaggedTensor.from_row_lengths(flat_pieces, tf.cast(sentence_lengths, tf.int64)),
+                        tf.RaggedTensor.from_tensor(sentinel * EOS_ID)], axis=1)  # (B, None)
+    # Word w's last piece sits at 1 (BOS) + the pieces of words before it in its sentence + its own - 1.
+    offsets = tf.cumsum(sentence_lengths, exclusive=True)  # (B,)
+    ends = tf.cumsum(word_lengths) - tf.gather(offsets, words.value_rowids())  # (W,)
+    starts = ends - word_lengths + 1
+    eos = tf.RaggedTensor.from_tensor(sentence_lengths[:, None] + 1)
+    bos = tf.RaggedTensor.from_tensor(tf.zeros([batch, 1], tf.int32))
+
+    def positions(flat):
+        return tf.concat([bos, words.with_flat_values(flat), eos], axis=1).to_tensor()
+
+    return source.to_tensor(), positions(starts), positions(ends), tf.cast(words.row_lengths(), tf.int32)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SpanParserModel(keras.Model):
+    """Span and tag scores of a sentence; see the module docstring.
+
+    Args:
+      config: TransformerConfig of the encoder (vocab_size, num_layers, d_model, ...; its decoder
+        fields are not read).
+      num_labels: L, span labels including label 0, no constituent (spans.SpanLabels).
+      num_tags: part-of-speech tags.
+      span_hidden: width of the span and tag classifiers' hidden layer (Kitaev and Klein: 250).
+    Call arguments: (source_ids (B, S), word_starts (B, N + 2), word_ends (B, N + 2), word_counts
+      (B,)), as word_pieces gives them; training.
+    Returns (span_logits (B, N + 1, N + 1, L), tag_logits (B, N, num_tags)); span_logits[b, i, j]
+      is meaningful for i < j <= word_counts[b] only.
+    """
+
+    def __init__(self, config, num_labels, num_tags, span_hidden=250, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
+        self.num_labels, self.num_tags, self.span_hidden = num_labels, num_tags, span_hidden
+        c = self.config
+        if c.d_model % 2:
+            raise ValueError(f"a span parser splits word vectors in halves: d_model must be even, not {c.d_model}")
+        self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
+        self.source_positional = SinusoidalPositionalEncoding(c.max_length, name="source_positional")
+        self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
+        self.encoder = Encoder(num_layers=c.num_layers, num_heads=c.num_heads, key_dim=c.key_dim,
+                               value_dim=c.value_dim, d_ff=c.d_ff, dropout_rate=c.dropout_rate,
+                               attention_dropout_rate=c.attention_dropout_rate,
+                               relu_dropout_rate=c.relu_dropout_rate, norm_first=c.norm_first,
+                               layer_norm_epsilon=c.layer_norm_epsilon, name="encoder")
+        self.word_projection = keras.layers.Dense(c.d_model, name="word_projection")
+        self.span_forward = keras.layers.Dense(span_hidden, use_bias=False, name="span_forward")
+        self.span_backward = keras.layers.Dense(span_hidden, use_bias=False, name="span_backward")
+        self.span_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="span_norm")
+        self.span_output = keras.layers.Dense(num_labels, name="span_output")
+        self.tag_hidden = keras.layers.Dense(span_hidden, name="tag_hidden")
+        self.tag_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="tag_norm")
+        self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
+        self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros")
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        ids = tf.constant([[BOS_ID, 5, EOS_ID]], tf.int32)
+        positions = tf.constant([[0, 1, 2]], tf.int32)
+        self.call((ids, positions, positions, tf.constant([1], tf.int32)), training=False)
+        super().build(input_shape)
+
+    def word_vectors(self, source_ids, word_starts, word_ends, training=None):
+        """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D)."""
+        source_padding_mask = masking.padding_mask(source_ids)
+        x = self.source_dropout(self.source_positional(self.source_embedding(source_ids)), training=training)
+        memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
+                              training=training)
+        first = tf.gather(memory, word_starts, batch_dims=1)
+        last = tf.gather(memory, word_ends, batch_dims=1)
+        return self.word_projection(tf.concat([first, last], axis=-1))
+
+    def span_hidden_vectors(self, words):
+        """(B, N + 2, D) word vectors -> (B, N + 1, N + 1, span_hidden): [b, i, j] = P_j - P_i + c."""
+        forward, backward = tf.split(words, 2, axis=-1)
+        fenceposts = self.span_forward(forward[:, :-1]) - self.span_backward(backward[:, 1:])  # (B, N + 1, H)
+        return fenceposts[:, None, :, :] - fenceposts[:, :, None, :] + tf.cast(self.span_bias, fenceposts.dtype)
+
+    def call(self, inputs, training=None):
+        source_ids, word_starts, word_ends, _ = inputs
+        words = self.word_vectors(tf.cast(source_ids, tf.int32), word_starts, word_ends, training=training)
+        spans = self.span_output(tf.nn.relu(self.span_norm(self.span_hidden_vectors(words))))
+        tags = self.tag_output(tf.nn.relu(self.tag_norm(self.tag_hidden(words[:, 1:-1]))))
+        return spans, tags
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
+                "num_tags": self.num_tags, "span_hidden": self.span_hidden}
+
+
+def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags):
+    """Cross-entropy of every span's label and every word's tag, summed, per word of the batch.
+
+    span_logits (B, N + 1, N + 1, L) and tag_logits (B, N, T) as SpanParserModel returns them;
+    gold_spans (B, N + 1, N + 1): the label id of span (i, j), 0 (no constituent) for the spans of
+    the sentence that are none, -1 where no span is (i >= j, j past the sentence): skipped;
+    gold_tags (B, N): tag ids, -1 past the sentence. Each span is classified on its own (a local
+    model, as Teng and Zhang, 2018, train theirs), not through the tree (Kitaev and Klein's hinge loss).
+    """
+    span_mask = gold_spans >= 0
+    tag_mask = gold_tags >= 0
+    span_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.boolean_mask(gold_spans, span_mask), tf.cast(tf.boolean_mask(span_logits, span_mask), tf.float32))
+    tag_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.boolean_mask(gold_tags, tag_mask), tf.cast(tf.boolean_mask(tag_logits, tag_mask), tf.float32))
+    words = tf.maximum(tf.reduce_sum(tf.cast(tag_mask, tf.float32)), 1.0)
+    return (tf.reduce_sum(span_losses) + tf.reduce_sum(tag_losses)) / words

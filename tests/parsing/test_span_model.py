@@ -1,0 +1,115 @@
+"""The span parser's model: word_pieces points at each word's pieces, a sentence's scores do not
+depend on the sentences padded beside it, and a tiny model learns the toy treebank's trees, which
+spans.best_spans then rebuilds."""
+import keras
+import numpy as np
+import pytest
+import sentencepiece
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, SubwordTokenizer, TokenizerSettings, train_sentencepiece
+from keras_transformer.parsing import read_treebank
+from keras_transformer.parsing.evalb import evalb
+from keras_transformer.parsing.span_model import SpanParserModel, span_parser_loss, word_pieces
+from keras_transformer.parsing.spans import SpanLabels, parse_from_scores
+from keras_transformer.parsing.toy_treebank import write_toy_treebank
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    paths = write_toy_treebank(tmp_path_factory.mktemp("toy"), sizes={"train": 200})
+    trees = list(read_treebank(paths["train"]))
+    proto = train_sentencepiece((" ".join(tree.words()) for tree in trees), TokenizerSettings(vocab_size=400))
+    return trees, SubwordTokenizer(proto), sentencepiece.SentencePieceProcessor(model_proto=proto)
+
+
+def test_word_pieces_point_at_each_words_pieces(toy):
+    trees, tokenizer, processor = toy
+    sentences = [" ".join(tree.words()) for tree in trees[:5]] + [""]
+    source, starts, ends, counts = (t.numpy() for t in word_pieces(tokenizer.tokenize, tf.constant(sentences)))
+    for row, sentence in enumerate(sentences):
+        words = sentence.split()
+        assert counts[row] == len(words)
+        pieces = [processor.encode(word) for word in words]
+        expected = [BOS_ID] + [piece for word in pieces for piece in word] + [EOS_ID]
+        assert source[row, :len(expected)].tolist() == expected and not source[row, len(expected):].any()
+        assert starts[row, 0] == ends[row, 0] == 0 and starts[row, len(words) + 1] == ends[row, len(words) + 1] == len(expected) - 1
+        for index, word in enumerate(pieces, start=1):
+            assert source[row, starts[row, index]:ends[row, index] + 1].tolist() == word
+
+
+def test_a_word_of_no_pieces_reads_as_unk():
+    def tokenize(words):  # as SentencePiece might for a word its normalization deletes
+        pieces = {b"a": [5], "\u200b".encode(): [], b"bc": [6, 7]}
+        return tf.ragged.constant([pieces[word] for word in words.numpy()], dtype=tf.int32)
+
+    source, starts, ends, counts = (t.numpy() for t in word_pieces(tokenize, tf.constant(["a \u200b bc"])))
+    assert source.tolist() == [[BOS_ID, 5, UNK_ID, 6, 7, EOS_ID]]
+    assert starts.tolist() == [[0, 1, 2, 3, 5]] and ends.tolist() == [[0, 1, 2, 4, 5]] and counts.tolist() == [3]
+
+
+def small_model(tokenizer, span_labels):
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=64, dropout_rate=0.0)
+    model = SpanParserModel(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32)
+    model.build()
+    return model
+
+
+def test_a_sentences_scores_do_not_depend_on_its_batch(toy):
+    trees, tokenizer, _ = toy
+    span_labels = SpanLabels.from_trees(trees)
+    model = small_model(tokenizer, span_labels)
+    short = " ".join(min(trees, key=lambda tree: len(tree.words())).words())
+    long = " ".join(max(trees, key=lambda tree: len(tree.words())).words())
+    alone_spans, alone_tags = model(word_pieces(tokenizer.tokenize, tf.constant([short])))
+    spans, tags = model(word_pieces(tokenizer.tokenize, tf.constant([short, long])))
+    n = len(short.split())
+    assert spans.shape[1] == len(long.split()) + 1 and alone_spans.shape[1] == n + 1
+    np.testing.assert_allclose(spans[0, :n + 1, :n + 1], alone_spans[0], atol=1e-5)
+    np.testing.assert_allclose(tags[0, :n], alone_tags[0], atol=1e-5)
+
+
+def gold_arrays(trees, span_labels):
+    width = max(len(tree.words()) for tree in trees)
+    spans = np.full((len(trees), width + 1, width + 1), -1, np.int32)
+    tags = np.full((len(trees), width), -1, np.int32)
+    for row, tree in enumerate(trees):
+        length = len(tree.words())
+        spans[row][np.triu_indices(length + 1, 1)] = 0
+        gold_spans, gold_tags = span_labels.gold(tree)
+        for start, end, label in gold_spans:
+            spans[row, start, end] = label
+        tags[row, :length] = gold_tags
+    return spans, tags
+
+
+def test_a_tiny_model_learns_the_toy_trees(toy):
+    trees, tokenizer, _ = toy
+    span_labels = SpanLabels.from_trees(trees)
+    keras.utils.set_random_seed(0)
+    model = small_model(tokenizer, span_labels)
+    optimizer = keras.optimizers.Adam(3e-3)
+    batches = [trees[start:start + 50] for start in range(0, len(trees), 50)]
+    inputs = [word_pieces(tokenizer.tokenize, tf.constant([" ".join(tree.words()) for tree in batch]))
+              for batch in batches]
+    golds = [gold_arrays(batch, span_labels) for batch in batches]
+
+    @tf.function(reduce_retracing=True)
+    def step(features, gold_spans, gold_tags):
+        with tf.GradientTape() as tape:
+            spans, tags = model(features, training=True)
+            loss = span_parser_loss(spans, tags, gold_spans, gold_tags)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    losses = [float(step(features, *gold)) for _ in range(40) for features, gold in zip(inputs, golds)]
+    assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
+    answers = []
+    for features, batch in zip(inputs, batches):
+        spans, tags = model(features)
+        log_probs = tf.nn.log_softmax(spans).numpy()
+        answers += [parse_from_scores(tree.words(), log_probs[row], tags[row].numpy().argmax(-1), span_labels)
+                    for row, tree in enumerate(batch)]
+    assert evalb(trees, answers).all.f1 > 90.0  # 97.7 when written; 85.9 after half the steps
