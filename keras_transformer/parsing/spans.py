@@ -61,17 +61,15 @@ def tree_from_spans(words: Sequence[str], tags: Sequence[str], spans: Mapping[tu
         return Tree(tags[0], word=words[0])
     if (0, length) not in spans:
         raise ValueError(f"the spans of a tree include the whole sentence (0, {length}); got {sorted(spans)}")
-    # Outer spans first: by start, then longest first. A stack of open spans; each word and each
-    # closed span is a child of the innermost open span.
+    # Outer spans first: by start, then longest first. A stack of open spans, each inside the one
+    # below it (checked as it opens); each word and each closed span is a child of the innermost.
     ordered = sorted(spans, key=lambda span: (span[0], -span[1]))
     stack = []  # [(end, label, children)]
     position = 0
 
     def close_until(point):
         while stack and stack[-1][0] <= point:
-            end, label, children = stack.pop()
-            if end < point or (stack and end > stack[-1][0]):
-                raise ValueError(f"span ending at {end} crosses another")
+            _, label, children = stack.pop()
             node = chain_tree(label, children)
             if not stack:
                 return node
