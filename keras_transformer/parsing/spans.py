@@ -185,7 +185,7 @@ def best_spans(log_probs: np.ndarray, length: int, constituent_bias: float = 0.0
         if labelled[start, end]:
             spans[(start, end)] = int(best_label[start, end])
         if end - start > 1:
-            middle = split[start, end]
+            middle = int(split[start, end])
             pending += [(start, middle), (middle, end)]
     return spans
 
