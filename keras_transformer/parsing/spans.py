@@ -76,22 +76,23 @@ def tree_from_spans(words: Sequence[str], tags: Sequence[str], spans: Mapping[tu
             stack[-1][2].append(node)
         return None
 
-    for start, end in ordered:
-        if not 0 <= start < end <= length:
-            raise ValueError(f"span ({start}, {end}) is not within a sentence of {length} words")
-        while position < start:
+    def words_until(point):
+        """The words before `point` not placed yet, each under the span open where it is."""
+        nonlocal position
+        while position < point:
             close_until(position)
             stack[-1][2].append(Tree(tags[position], word=words[position]))
             position += 1
-        close_until(start)
+        return close_until(point)
+
+    for start, end in ordered:
+        if not 0 <= start < end <= length:
+            raise ValueError(f"span ({start}, {end}) is not within a sentence of {length} words")
+        words_until(start)
         if stack and end > stack[-1][0]:
             raise ValueError(f"span ({start}, {end}) crosses the span ending at {stack[-1][0]}")
         stack.append((end, spans[(start, end)], []))
-    while position < length:
-        close_until(position)
-        stack[-1][2].append(Tree(tags[position], word=words[position]))
-        position += 1
-    return close_until(length)
+    return words_until(length)
 
 
 class SpanLabels:

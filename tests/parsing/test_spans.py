@@ -1,7 +1,6 @@
 """Trees as labelled spans: the spans of a hand-made tree, the round trip of every GUM tree, crossing
 spans refused, and CKY: the gold tree from its own scores, the best of every bracketing of short
 sentences found by brute force, the whole sentence always labelled, the constituent bias."""
-
 import numpy as np
 import pytest
 
