@@ -1,0 +1,157 @@
+"""A span parser's charts in TensorFlow ops, for a batch: the best tree from span scores
+(`spans.best_spans`' CKY) written as parsing.depth_labels' labels, so that
+`depth_labels.trees_from_labels` writes it out; and the reverse, the gold label of every span from
+a tree's depth labels, for training. Both run where Python cannot: in a SavedModel and inside a
+training step.
+
+A chart holds a value for every span by width: chart[w, b, i] is span (i, i + w) of sentence b,
+for widths and starts 0 .. N (entries past a sentence's end are computed and never read).
+
+Depth labels and spans say the same (depth_labels' module docstring): with a(k) the number of
+constituents over both words k and k + 1 (a(-1) = a(n - 1) = 0), words i .. j - 1 (j - i >= 2)
+are a constituent exactly when every a(k) inside, i <= k <= j - 2, is above a(i - 1) and a(j - 1);
+its label is the lca label of the first pair where a is lowest inside. A one-word span's label is
+the word's unary chain.
+"""
+import tensorflow as tf
+
+from keras_transformer.parsing.depth_labels import trees_from_labels
+
+
+def by_width(dense):
+    """(B, N + 1, N + 1) [b, i, j] -> chart (N + 1, B, N + 1) [w, b, i] = dense[b, i, min(i + w, N)]."""
+    size = tf.shape(dense)[1]
+    index = tf.range(size)
+    ends = tf.minimum(index[:, None] + index[None, :], size - 1)  # (I, W): [i, w] = min(i + w, N)
+    rows = tf.gather(tf.transpose(dense, [1, 2, 0]), ends, axis=1, batch_dims=1)  # (I, W, B)
+    return tf.transpose(rows, [1, 2, 0])
+
+
+def from_width(chart):
+    """chart (N + 1, B, N + 1) [w, b, i] -> (B, N + 1, N + 1) [b, i, j] = chart[max(j - i, 0), b, i]."""
+    size = tf.shape(chart)[0]
+    index = tf.range(size)
+    widths = tf.maximum(index[None, :] - index[:, None], 0)  # (I, J)
+    rows = tf.gather(tf.transpose(chart, [2, 0, 1]), widths, axis=1, batch_dims=1)  # (I, J, B)
+    return tf.transpose(rows, [2, 0, 1])
+
+
+def _set_row(chart, row, values):
+    """chart with chart[row] = values."""
+    return tf.tensor_scatter_nd_update(chart, [[row]], values[None])
+
+
+def best_tree_labels(span_log_probs, lengths, constituent_bias=0.0):
+    """`spans.best_spans` for a batch, its tree as depth labels.
+
+    span_log_probs (B, N + 1, N + 1, L): log p(label | span (i, j)) for i < j <= lengths[b], label 0
+    no constituent; lengths (B,) int32 words (0 for none). Returns (B, N) int32 each: unary label
+    ids (0: none) of each word; counts a(k), the labelled spans over words k and k + 1 (for
+    k < lengths - 1, 0 elsewhere); lca label ids, the innermost of those spans' labels.
+    """
+    log_probs = tf.cast(span_log_probs, tf.float32)
+    lengths = tf.cast(lengths, tf.int32)
+    size = tf.shape(log_probs)[1]
+    batch = tf.shape(log_probs)[0]
+    index = tf.range(size)
+    label_scores = tf.reduce_max(log_probs[..., 1:], axis=-1) - log_probs[..., 0] + constituent_bias
+    best_label = tf.argmax(log_probs[..., 1:], axis=-1, output_type=tf.int32) + 1
+    # The whole sentence of two or more words always takes its best label.
+    whole = ((index[None, :, None] == 0) & (index[None, None, :] == lengths[:, None, None])
+             & (lengths[:, None, None] > 1))  # (B, N + 1, N + 1)
+    labelled = (label_scores > 0) | whole
+    scores = by_width(tf.where(whole, label_scores, tf.maximum(label_scores, 0.0)))
+    labelled, best_label = by_width(labelled), by_width(best_label)
+
+    def inside(width, chart, splits):
+        """The best of every span of this width: its score plus that of its best split (at i + t)."""
+        offsets = tf.range(1, width)  # t
+        left = tf.gather(chart, offsets)  # (t, B, I): span (i, i + t)
+        ends = tf.minimum(index[None, :] + offsets[:, None], size - 1)  # (t, I)
+        right = tf.gather(tf.gather(chart, width - offsets), ends, axis=2, batch_dims=1)  # span (i + t, i + width)
+        totals = left + right
+        splits = _set_row(splits, width, tf.argmax(totals, axis=0, output_type=tf.int32) + 1)
+        return width + 1, _set_row(chart, width, scores[width] + tf.reduce_max(totals, axis=0)), splits
+
+    chart = _set_row(tf.zeros_like(scores), 1, scores[1])
+    _, _, splits = tf.while_loop(lambda width, *_: width < size, inside,
+                                 (tf.constant(2), chart, tf.zeros_like(scores, tf.int32)))
+
+    def outside(width, in_tree, depths, labels, counts, lcas):
+        """From the spans of the tree of this width to their two halves: each tree span (i, i + w)
+        split at m gives pair m - 1 its count (the labelled spans over it, itself included) and the
+        innermost one's label, and hands both down to the halves."""
+        here = tf.cast(tf.where(in_tree[width]), tf.int32)  # (A, 2): [b, i]
+        rows, starts = here[:, 0], here[:, 1]
+        own = tf.gather_nd(labelled[width], here)
+        depth = tf.gather_nd(depths[width], here) + tf.cast(own, tf.int32)
+        label = tf.where(own, tf.gather_nd(best_label[width], here), tf.gather_nd(labels[width], here))
+        offset = tf.gather_nd(splits[width], here)
+        middle = starts + offset
+        pairs = tf.stack([rows, middle - 1], axis=1)
+        halves = tf.concat([tf.stack([offset, rows, starts], axis=1),
+                            tf.stack([width - offset, rows, middle], axis=1)], axis=0)
+        return (width - 1, tf.tensor_scatter_nd_update(in_tree, halves, tf.ones_like(halves[:, 0], tf.bool)),
+                tf.tensor_scatter_nd_update(depths, halves, tf.concat([depth, depth], axis=0)),
+                tf.tensor_scatter_nd_update(labels, halves, tf.concat([label, label], axis=0)),
+                tf.tensor_scatter_nd_update(counts, pairs, depth), tf.tensor_scatter_nd_update(lcas, pairs, label))
+
+    roots = tf.equal(index[:, None, None], lengths[None, :, None]) & tf.equal(index[None, None, :], 0)
+    zeros = tf.zeros_like(splits)
+    per_pair = tf.zeros([batch, size], tf.int32)
+    _, _, _, _, counts, lcas = tf.while_loop(lambda width, *_: width > 1, outside,
+                                             (size - 1, roots, zeros, zeros, per_pair, per_pair))
+    words = tf.sequence_mask(lengths, size - 1)
+    unaries = tf.where(words & labelled[1][:, :-1], best_label[1][:, :-1], 0)
+    return unaries, counts[:, :-1], lcas[:, :-1]
+
+
+def trees_from_span_scores(words, span_log_probs, tag_ids, lengths, label_names, tag_names, constituent_bias=0.0):
+    """Bracketed trees (B,) string, "" for a sentence without words, of the best trees (as
+    best_tree_labels) over words (B, N) string (escaped, as in the PTB) with their tags tag_ids
+    (B, N) int32; label_names (L,) and tag_names (T,) string, label 0 being ""."""
+    lengths = tf.cast(lengths, tf.int32)
+    unaries, counts, lcas = best_tree_labels(span_log_probs, lengths, constituent_bias)
+    changes = counts - tf.pad(counts[:, :-1], [[0, 0], [1, 0]])
+    label_names = tf.convert_to_tensor(label_names, tf.string)
+    trees = trees_from_labels(words, tf.gather(tf.convert_to_tensor(tag_names, tf.string), tag_ids),
+                              tf.gather(label_names, unaries), changes, tf.gather(label_names, lcas),
+                              tf.maximum(lengths, 1))
+    return tf.where(lengths > 0, trees, "")
+
+
+def gold_span_labels(counts, lca_ids, unary_ids, lengths):
+    """The label id of every span (B, N + 1, N + 1) of trees given as depth labels: (i, j) for
+    i < j <= lengths[b] gets its constituent's label id, or 0 (no constituent); other entries -1.
+
+    counts (B, N) int32: a(k), the constituents over words k and k + 1, for k < lengths - 1 (other
+    entries not read); lca_ids (B, N) the label id of the lowest of them; unary_ids (B, N) the label
+    id of each word's unary chain (0 for none).
+    """
+    lengths = tf.cast(lengths, tf.int32)
+    width = tf.shape(counts)[1]
+    pairs = tf.sequence_mask(lengths - 1, width)
+    counts = tf.where(pairs, counts, 0)
+    # a(k) for k = -1 .. N (0 outside the pairs), so that span (i, i + w) is bounded by outer[i] and outer[i + w].
+    outer = tf.pad(counts, [[0, 0], [1, 1]])  # (B, N + 2)
+    size = width + 1
+    index = tf.range(size)
+
+    def widen(span_width, lowest, label, chart):
+        """From width - 1 to width: the lowest a(k) inside each span and the label of its first pair."""
+        last = tf.gather(counts, tf.minimum(index + span_width - 2, width - 1), axis=1)  # (B, I): a(i + w - 2)
+        last_label = tf.gather(lca_ids, tf.minimum(index + span_width - 2, width - 1), axis=1)
+        first = tf.equal(span_width, 2)
+        label = tf.where(first | (last < lowest), last_label, label)
+        lowest = tf.where(first, last, tf.minimum(lowest, last))
+        bounds = tf.maximum(outer[:, :-1], tf.gather(outer, tf.minimum(index + span_width, width + 1), axis=1))
+        return span_width + 1, lowest, label, _set_row(chart, span_width, tf.where(lowest > bounds, label, 0))
+
+    unaries = tf.pad(tf.where(tf.sequence_mask(lengths, width), unary_ids, 0), [[0, 0], [0, 1]])
+    chart = _set_row(tf.zeros([size, tf.shape(counts)[0], size], tf.int32), 1, unaries)
+    zeros = tf.zeros_like(unaries)
+    _, _, _, chart = tf.while_loop(lambda span_width, *_: span_width < size, widen,
+                                   (tf.constant(2), zeros, zeros, chart))
+    spans = from_width(chart)
+    inside = (index[None, :, None] < index[None, None, :]) & (index[None, None, :] <= lengths[:, None, None])
+    return tf.where(inside, spans, -1)

@@ -1,0 +1,94 @@
+"""The span parser's charts in TensorFlow ops: the best trees of a batch against spans.best_spans
+(Python's CKY) on random scores, and the gold span labels from depth labels against tree_spans, on
+hand-made and toy trees and every tree of GUM's dev and test sets."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data.factory import require_shared_data
+from keras_transformer.parsing import parse_tree, read_treebank
+from keras_transformer.parsing.depth_labels import common_ancestor_counts, encode
+from keras_transformer.parsing.span_charts import by_width, from_width, gold_span_labels, trees_from_span_scores
+from keras_transformer.parsing.spans import SpanLabels, best_spans, tree_from_spans, tree_spans
+from keras_transformer.parsing.toy_treebank import write_toy_treebank
+
+LABELS = ("", "S", "NP", "VP", "S+VP")
+TAGS = ("DT", "NN", "VBD")
+
+
+def test_charts_by_width_and_back():
+    dense = tf.reshape(tf.range(2 * 4 * 4), [2, 4, 4])
+    chart = by_width(dense)
+    assert chart.shape == (4, 2, 4)
+    assert int(chart[2, 1, 1]) == int(dense[1, 1, 3])  # span (1, 3) of sentence 1
+    assert int(chart[3, 0, 2]) == int(dense[0, 2, 3])  # past the end: cut at N
+    back = from_width(chart).numpy()
+    upper = np.triu(np.ones([4, 4], bool))
+    np.testing.assert_array_equal(back[:, upper], dense.numpy()[:, upper])
+
+
+@pytest.mark.parametrize("bias", [0.0, 1.0])
+def test_best_trees_of_a_batch_are_those_of_python_cky(bias):
+    rng = np.random.default_rng(7)
+    lengths = [5, 1, 8, 2, 0, 3, 8]
+    size = max(lengths) + 1
+    logits = rng.normal(size=(len(lengths), size, size, len(LABELS))) * 2
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    tag_ids = rng.integers(0, len(TAGS), size=(len(lengths), size - 1))
+    words = [[f"w{i}" for i in range(length)] for length in lengths]
+    padded = [row + [""] * (size - 1 - len(row)) for row in words]
+    trees = trees_from_span_scores(tf.constant(padded), tf.constant(log_probs, tf.float32), tf.constant(tag_ids),
+                                   tf.constant(lengths), LABELS, TAGS, bias).numpy()
+    span_labels = SpanLabels(LABELS, TAGS)
+    for row, length in enumerate(lengths):
+        if length == 0:
+            assert trees[row] == b""
+            continue
+        found = best_spans(log_probs[row], length, bias)
+        expected = tree_from_spans(words[row], [TAGS[t] for t in tag_ids[row, :length]],
+                                   {span: span_labels.labels[label] for span, label in found.items()})
+        assert parse_tree(trees[row].decode()) == expected, (row, trees[row])
+
+
+def depth_label_rows(trees, span_labels):
+    """(counts, lca ids, unary ids, lengths) of trees, padded, as gold_span_labels reads them."""
+    width = max(len(tree.words()) for tree in trees)
+    counts, lcas, unaries = (np.full([len(trees), width], 7, np.int32) for _ in range(3))  # 7: padding, not read
+    for row, tree in enumerate(trees):
+        labels = encode(tree)
+        pairs = common_ancestor_counts(labels)
+        counts[row, :len(pairs)] = pairs
+        lcas[row, :len(pairs)] = [span_labels.label_id(label.lca) for label in labels[:-1]]
+        unaries[row, :len(labels)] = [span_labels.label_id(label.unary) for label in labels]
+    return counts, lcas, unaries, np.array([len(tree.words()) for tree in trees], np.int32)
+
+
+def check_gold_spans(trees, span_labels, labeller=gold_span_labels):
+    gold = labeller(*(tf.constant(rows) for rows in depth_label_rows(trees, span_labels))).numpy()
+    for row, tree in enumerate(trees):
+        length = len(tree.words())
+        expected = np.full(gold.shape[1:], -1)
+        expected[np.triu_indices(length + 1, 1)] = 0
+        for (start, end), label in tree_spans(tree).items():
+            expected[start, end] = span_labels.label_id(label)
+        np.testing.assert_array_equal(gold[row], expected, err_msg=tree.to_string())
+
+
+def test_gold_span_labels_of_hand_made_and_toy_trees(tmp_path):
+    trees = [parse_tree("(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"),
+             parse_tree("(S (VP (VB Go) (ADVP (RB away))))"), parse_tree("(S (NP (UH Yes)))"),
+             parse_tree("(UH Yes)")]
+    write_toy_treebank(tmp_path, seed=3, sizes={"train": 60, "dev": 1, "test": 1})
+    trees += list(read_treebank(tmp_path / "train.mrg"))
+    check_gold_spans(trees, SpanLabels.from_trees(trees))
+
+
+def test_gold_span_labels_of_every_gum_dev_and_test_tree():
+    # (Not train too: reading its 10,224 trees takes half a minute, and they are trees of the same kind.)
+    root = require_shared_data("gum/dev.ptb", "gum/test.ptb") / "gum"
+    trees = sorted((tree for split in ("dev", "test") for tree in read_treebank(root / f"{split}.ptb")),
+                   key=lambda tree: len(tree.words()))
+    span_labels = SpanLabels.from_trees(trees)
+    labeller = tf.function(gold_span_labels, reduce_retracing=True)  # as in a training step
+    for start in range(0, len(trees), 256):  # batches of similar lengths
+        check_gold_spans(trees[start:start + 256], span_labels, labeller)
