@@ -78,7 +78,7 @@ def _require_file(path, what):
     return path
 
 
-def load_model_from_workdir(workdir, checkpoint=None, weights=None):
+def load_model_from_workdir(workdir, checkpoint=None, weights=None, build_model=None):
     """The trained model of a run directory, its SentencePiece model and its decoding settings.
 
     Args:
@@ -89,6 +89,7 @@ def load_model_from_workdir(workdir, checkpoint=None, weights=None):
       weights: a Keras weights file (.weights.h5), e.g. averaged checkpoints.
       With neither: workdir/averaged.weights.h5 if present (the paper translates with averaged
       weights), else the latest checkpoint of workdir/checkpoints.
+      build_model: TransformerConfig -> the (unbuilt) model the weights are for; default the Transformer.
 
     Returns (model, sentencepiece_proto bytes, DecodeConfig). Raises FileNotFoundError naming the
     missing path, ValueError if both checkpoint and weights are given or the weights do not fit.
@@ -104,7 +105,7 @@ def load_model_from_workdir(workdir, checkpoint=None, weights=None):
     decode_config = DecodeConfig.from_json(decode_path.read_text()) if decode_path.is_file() else DecodeConfig()
     if checkpoint is None and weights is None and (workdir / AVERAGED_WEIGHTS_FILENAME).is_file():
         weights = workdir / AVERAGED_WEIGHTS_FILENAME
-    model = Transformer(config)
+    model = (build_model or Transformer)(config)
     model.build()
     if weights is not None:
         model.load_weights(str(_require_file(pathlib.Path(weights), "weights file")))
@@ -202,6 +203,10 @@ class Translator(tf.Module):
                 "max_output_length": f"source tokens with EOS + {self.decode_config.extra_length}, "
                                      f"at most {self.model.config.max_length}",
                 "precision": self.model.dtype_policy.name, "signatures": list(SIGNATURE_NAMES)}
+
+    def decoding(self) -> str:
+        """How answers are found, for logs: "beam 4"."""
+        return f"beam {self.decode_config.beam_size}"
 
     # In-graph pieces. The SentencePiece op is built in each calling graph (see SubwordTokenizer).
     # Strings and SentencePiece have CPU kernels only: they are placed on the host explicitly, so that

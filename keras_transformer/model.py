@@ -36,8 +36,157 @@ def _split_rows(x, sizes):
                     num=len(sizes))
 
 
+class TokenLossModel(keras.Model):
+    """The training steps of the project's models: a loss summed over real target tokens and divided
+    by those of the whole global batch (also under a distribution strategy), XLA per replica, and
+    loss-scaled steps skipped together. A subclass has `config` (a TransformerConfig), returns
+    its outputs from call((source_ids, target_input_ids)), and gives its default loss (an object
+    with `real_tokens(y)` and `sum_and_count(y, outputs)`, as losses.LabelSmoothedCrossEntropy) and
+    metrics (a list, or None for none).
+    """
+
+    def default_loss(self):
+        raise NotImplementedError
+
+    def default_metrics(self):
+        return None
+
+    def build_compiled(self):
+        """Builds the compiled loss and metrics (Keras builds them from a batch: here a (1, 1) one)."""
+        ids = tf.ones((1, 1), tf.int32)
+        self._symbolic_build(data_batch=((ids, ids), ids))
+
+    def compile(self, optimizer=None, loss=None, metrics=None, jit_compile="auto", **kwargs):
+        """keras.Model.compile, with the paper's optimizer, loss and metrics where none is given.
+
+        jit_compile=True over several replicas (MirroredStrategy, MultiWorkerMirroredStrategy)
+        compiles each replica's forward and backward pass with XLA and leaves the collectives
+        (the all-reduce of the token count and of the gradients, the data position's all-gather) and
+        the optimizer's update to TensorFlow:
+        Keras 3 would compile the step of all replicas as one XLA function, which XLA cannot run
+        (variables on other devices; no XLA kernel for CollectiveGatherV2). On one device, and on
+        TPUs (whose steps are compiled whole anyway), it is Keras' own whole-step compilation
+        (TrainingTransformer also compiles passes apart on one device when it accumulates
+        micro-batches).
+        """
+        optimizer = optimizer if optimizer is not None else paper_optimizer(self.config.d_model)
+        loss = loss if loss is not None else self.default_loss()
+        metrics = metrics if metrics is not None else self.default_metrics()
+        self._replica_xla = jit_compile is True and self._xla_compiles_passes_apart()
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                        jit_compile=False if self._replica_xla else jit_compile, **kwargs)
+
+    def _passes_per_step(self) -> int:
+        """Forward and backward passes in one optimizer step: one per replica."""
+        return self.distribute_strategy.num_replicas_in_sync
+
+    def _xla_compiles_passes_apart(self) -> bool:
+        """Whether jit_compile=True compiles each forward and backward pass apart (see compile):
+        when a step has several, not on TPUs."""
+        return self._passes_per_step() > 1 and not isinstance(self.distribute_strategy, tf.distribute.TPUStrategy)
+
+    @property
+    def replica_xla(self) -> bool:
+        """Whether each replica's forward and backward pass is XLA-compiled apart (see compile)."""
+        return getattr(self, "_replica_xla", False)
+
+    def _global_token_count(self, y):
+        """The real target tokens of the global batch (all replicas'; y may hold several
+        micro-batches), at least 1: the loss's divisor."""
+        count = tf.reduce_sum(self.loss.real_tokens(y))
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
+            count = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        return tf.maximum(count, 1.0)
+
+    def _loss_and_gradients(self, x, y, global_count):
+        """(gradients, logits, token-loss sum, real tokens) of this replica's batch. The gradients are
+        those of its share of the global batch's loss, its token-loss sum / global_count (times the
+        optimizer's loss scale, if any): Keras sums the replicas' gradients, so the shares add up to
+        the whole batch's loss. Under replica_xla it is XLA-compiled on its own, by a tf.function
+        made at each trace of the step (one a replica), so that none is kept on the model for a
+        SavedModel to find."""
+        if self.replica_xla:
+            return tf.function(self._uncompiled_loss_and_gradients, jit_compile=True,
+                               autograph=False)(x, y, global_count)
+        return self._uncompiled_loss_and_gradients(x, y, global_count)
+
+    def _uncompiled_loss_and_gradients(self, x, y, global_count):
+        with tf.GradientTape() as tape:
+            if self.config.rdrop_alpha > 0:
+                logits, total, count = self._rdrop_loss(x, y)
+            else:
+                logits = self(x, training=True)
+                total, count, _ = self.loss.sum_and_count(y, logits)
+            scaled_loss = self.optimizer.scale_loss(total / global_count)
+        return tape.gradient(scaled_loss, self.trainable_weights), logits, total, count
+
+    def _rdrop_loss(self, x, y):
+        """(the first pass's logits, token-loss sum, real tokens) under R-Drop (TransformerConfig's
+        rdrop_alpha): both passes in one call on the batch's rows stacked twice, so that each row
+        gets dropout masks of its own in each."""
+        def stacked(tensor):
+            return tf.concat([tensor, tensor], axis=0)
+
+        rows = tf.shape(y)[0]
+        both = self(tf.nest.map_structure(stacked, x), training=True)
+        both_total, both_count, _ = self.loss.sum_and_count(stacked(y), both)
+        kl_total = symmetric_kl_sum(both[:rows], both[rows:], self.loss.real_tokens(y))
+        total = 0.5 * both_total + 0.5 * self.config.rdrop_alpha * kl_total
+        return both[:rows], total, 0.5 * both_count
+
+    def _track_loss(self, total, count):
+        """The reported loss: the mean token loss, weighted by the real tokens."""
+        self._loss_tracker.update_state(total / tf.maximum(count, 1.0), sample_weight=count)
+
+    def train_step(self, data):
+        if not hasattr(self.loss, "sum_and_count"):
+            return super().train_step(data)
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        gradients, logits, total, count = self._loss_and_gradients(x, y, self._global_token_count(y))
+        self._track_loss(total, count)
+        self._apply_gradients(gradients, self.trainable_weights)
+        return self.compute_metrics(x, y, logits)
+
+    def _apply_gradients(self, gradients, variables):
+        """The optimizer's update with this replica's gradients; under a loss scale (mixed_float16)
+        with several replicas, a step whose gradients overflow on any replica is skipped on all.
+
+        Keras' LossScaleOptimizer decides whether to skip a step from the first replica's gradients
+        alone (under MirroredStrategy; each replica from its own where the strategy needs no merge
+        call), expecting them summed across replicas already; Keras 3 sums them later, inside the
+        optimizer it wraps. An overflow on another replica alone would then reach the weights as
+        inf / NaN, and the workers of several machines could disagree on whether to enter the
+        gradients' all-reduce. So the replicas agree first (how many overflowed: one scalar, reduced
+        in a merge call; as a replica-context all-reduce, its collective took another instance on
+        some of 8 CPU replicas than on the others, and the 8-replica float16 test failed with a
+        shape mismatch), and where any one did, every replica's gradients are made NaN: all skip.
+        (The train steps of this class; a model compiled with a loss of Keras' own trains with
+        Keras' step, without this agreement.)"""
+        replica_context = tf.distribute.get_replica_context()
+        if (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) and replica_context is not None
+                and replica_context.num_replicas_in_sync > 1):
+            values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients if g is not None]
+            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in values]))
+            overflowed = replica_context.merge_call(
+                lambda strategy, flag: strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None),
+                args=(1.0 - tf.cast(finite, tf.float32),))
+            factor = tf.where(overflowed > 0.0, float("nan"), 1.0)
+            gradients = [_times(g, factor) for g in gradients]
+        self.optimizer.apply_gradients(zip(gradients, variables))
+
+    def test_step(self, data):
+        if not hasattr(self.loss, "sum_and_count"):
+            return super().test_step(data)
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        logits = self(x, training=False)
+        total, count, _ = self.loss.sum_and_count(y, logits)
+        self._track_loss(total, count)
+        return self.compute_metrics(x, y, logits)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(TokenLossModel):
     """The encoder-decoder Transformer of section 3 (Figure 1).
 
     Args:
@@ -275,135 +424,11 @@ class Transformer(keras.Model):
                          self._next_memory(memory))
         return memory_key_values, memory_bias, cache, alignment
 
-    # Training: the loss is divided by the real target tokens of the global batch.
+    def default_loss(self):
+        return LabelSmoothedCrossEntropy(self.config.label_smoothing)
 
-    def compile(self, optimizer=None, loss=None, metrics=None, jit_compile="auto", **kwargs):
-        """keras.Model.compile, with the paper's optimizer, loss and metrics where none is given.
-
-        jit_compile=True over several replicas (MirroredStrategy, MultiWorkerMirroredStrategy)
-        compiles each replica's forward and backward pass with XLA and leaves the collectives
-        (the all-reduce of the token count and of the gradients, the data position's all-gather) and
-        the optimizer's update to TensorFlow:
-        Keras 3 would compile the step of all replicas as one XLA function, which XLA cannot run
-        (variables on other devices; no XLA kernel for CollectiveGatherV2). On one device, and on
-        TPUs (whose steps are compiled whole anyway), it is Keras' own whole-step compilation
-        (TrainingTransformer also compiles passes apart on one device when it accumulates
-        micro-batches).
-        """
-        optimizer = optimizer if optimizer is not None else paper_optimizer(self.config.d_model)
-        loss = loss if loss is not None else LabelSmoothedCrossEntropy(self.config.label_smoothing)
-        metrics = metrics if metrics is not None else [MaskedTokenAccuracy(), Perplexity()]
-        self._replica_xla = jit_compile is True and self._xla_compiles_passes_apart()
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
-                        jit_compile=False if self._replica_xla else jit_compile, **kwargs)
-
-    def _passes_per_step(self) -> int:
-        """Forward and backward passes in one optimizer step: one per replica."""
-        return self.distribute_strategy.num_replicas_in_sync
-
-    def _xla_compiles_passes_apart(self) -> bool:
-        """Whether jit_compile=True compiles each forward and backward pass apart (see compile):
-        when a step has several, not on TPUs."""
-        return self._passes_per_step() > 1 and not isinstance(self.distribute_strategy, tf.distribute.TPUStrategy)
-
-    @property
-    def replica_xla(self) -> bool:
-        """Whether each replica's forward and backward pass is XLA-compiled apart (see compile)."""
-        return getattr(self, "_replica_xla", False)
-
-    def _global_token_count(self, y):
-        """The real target tokens of the global batch (all replicas'; y may hold several
-        micro-batches), at least 1: the loss's divisor."""
-        count = tf.reduce_sum(self.loss.real_tokens(y))
-        replica_context = tf.distribute.get_replica_context()
-        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
-            count = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-        return tf.maximum(count, 1.0)
-
-    def _loss_and_gradients(self, x, y, global_count):
-        """(gradients, logits, token-loss sum, real tokens) of this replica's batch. The gradients are
-        those of its share of the global batch's loss, its token-loss sum / global_count (times the
-        optimizer's loss scale, if any): Keras sums the replicas' gradients, so the shares add up to
-        the whole batch's loss. Under replica_xla it is XLA-compiled on its own, by a tf.function
-        made at each trace of the step (one a replica), so that none is kept on the model for a
-        SavedModel to find."""
-        if self.replica_xla:
-            return tf.function(self._uncompiled_loss_and_gradients, jit_compile=True,
-                               autograph=False)(x, y, global_count)
-        return self._uncompiled_loss_and_gradients(x, y, global_count)
-
-    def _uncompiled_loss_and_gradients(self, x, y, global_count):
-        with tf.GradientTape() as tape:
-            if self.config.rdrop_alpha > 0:
-                logits, total, count = self._rdrop_loss(x, y)
-            else:
-                logits = self(x, training=True)
-                total, count, _ = self.loss.sum_and_count(y, logits)
-            scaled_loss = self.optimizer.scale_loss(total / global_count)
-        return tape.gradient(scaled_loss, self.trainable_weights), logits, total, count
-
-    def _rdrop_loss(self, x, y):
-        """(the first pass's logits, token-loss sum, real tokens) under R-Drop (TransformerConfig's
-        rdrop_alpha): both passes in one call on the batch's rows stacked twice, so that each row
-        gets dropout masks of its own in each."""
-        def stacked(tensor):
-            return tf.concat([tensor, tensor], axis=0)
-
-        rows = tf.shape(y)[0]
-        both = self(tf.nest.map_structure(stacked, x), training=True)
-        both_total, both_count, _ = self.loss.sum_and_count(stacked(y), both)
-        kl_total = symmetric_kl_sum(both[:rows], both[rows:], self.loss.real_tokens(y))
-        total = 0.5 * both_total + 0.5 * self.config.rdrop_alpha * kl_total
-        return both[:rows], total, 0.5 * both_count
-
-    def _track_loss(self, total, count):
-        """The reported loss: the mean token loss, weighted by the real tokens."""
-        self._loss_tracker.update_state(total / tf.maximum(count, 1.0), sample_weight=count)
-
-    def train_step(self, data):
-        if not hasattr(self.loss, "sum_and_count"):
-            return super().train_step(data)
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        gradients, logits, total, count = self._loss_and_gradients(x, y, self._global_token_count(y))
-        self._track_loss(total, count)
-        self._apply_gradients(gradients, self.trainable_weights)
-        return self.compute_metrics(x, y, logits)
-
-    def _apply_gradients(self, gradients, variables):
-        """The optimizer's update with this replica's gradients; under a loss scale (mixed_float16)
-        with several replicas, a step whose gradients overflow on any replica is skipped on all.
-
-        Keras' LossScaleOptimizer decides whether to skip a step from the first replica's gradients
-        alone (under MirroredStrategy; each replica from its own where the strategy needs no merge
-        call), expecting them summed across replicas already; Keras 3 sums them later, inside the
-        optimizer it wraps. An overflow on another replica alone would then reach the weights as
-        inf / NaN, and the workers of several machines could disagree on whether to enter the
-        gradients' all-reduce. So the replicas agree first (how many overflowed: one scalar, reduced
-        in a merge call; as a replica-context all-reduce, its collective took another instance on
-        some of 8 CPU replicas than on the others, and the 8-replica float16 test failed with a
-        shape mismatch), and where any one did, every replica's gradients are made NaN: all skip.
-        (The train steps of this class; a model compiled with a loss of Keras' own trains with
-        Keras' step, without this agreement.)"""
-        replica_context = tf.distribute.get_replica_context()
-        if (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) and replica_context is not None
-                and replica_context.num_replicas_in_sync > 1):
-            values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients if g is not None]
-            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in values]))
-            overflowed = replica_context.merge_call(
-                lambda strategy, flag: strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None),
-                args=(1.0 - tf.cast(finite, tf.float32),))
-            factor = tf.where(overflowed > 0.0, float("nan"), 1.0)
-            gradients = [_times(g, factor) for g in gradients]
-        self.optimizer.apply_gradients(zip(gradients, variables))
-
-    def test_step(self, data):
-        if not hasattr(self.loss, "sum_and_count"):
-            return super().test_step(data)
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        logits = self(x, training=False)
-        total, count, _ = self.loss.sum_and_count(y, logits)
-        self._track_loss(total, count)
-        return self.compute_metrics(x, y, logits)
+    def default_metrics(self):
+        return [MaskedTokenAccuracy(), Perplexity()]
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, "config": self.config.to_dict()}

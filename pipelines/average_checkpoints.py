@@ -34,6 +34,7 @@ def main(argv=None):
     parser, args = parse_args(argv)
     show_job_log()
     from keras_transformer.training.averaging import average_run
+    from pipelines.export import run_task
 
     count, select = args.count, args.select
     if count is None or select is None:
@@ -46,7 +47,9 @@ def main(argv=None):
     if count < 1:
         parser.exit(2, f"{parser.prog}: error: --count must be at least 1, got {count}\n")
     try:
-        path = average_run(args.workdir, count, args.output, select=select)
+        task = run_task(args.workdir)
+        path = average_run(args.workdir, count, args.output, select=select,
+                           build_model=lambda config: task.model(config, args.workdir))
     except (FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(path)

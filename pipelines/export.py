@@ -19,7 +19,7 @@ import dataclasses
 import json
 import pathlib
 
-from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, Translator, export_translator, load_model_from_workdir
+from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, export_translator, load_model_from_workdir
 from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
 from pipelines import show_job_log
 
@@ -53,13 +53,19 @@ def parse_args(argv=None):
     return parser, parser.parse_args(argv)
 
 
-def translator_class(workdir):
-    """Translator, or the Parser (with the run's tag dictionary) for a parsing run."""
+def run_task(workdir):
+    """The task of the run in workdir: parsing for a treebank corpus, else translation."""
     data_config = pathlib.Path(workdir) / "data_config.json"
     if data_config.is_file() and json.loads(data_config.read_text()).get("dataset", "").startswith("treebank:"):
         from keras_transformer.parsing.task import PARSING
-        return PARSING.translator(workdir)
-    return Translator
+        return PARSING
+    from keras_transformer.training.task import TRANSLATION
+    return TRANSLATION
+
+
+def translator_class(workdir):
+    """Translator, or the parsing task's parser (with the run's tag dictionary or span labels) for a parsing run."""
+    return run_task(workdir).translator(workdir)
 
 
 def main(argv=None):
@@ -67,8 +73,10 @@ def main(argv=None):
     show_job_log()
     export_dir = args.export_dir or pathlib.Path("exported") / args.workdir.resolve().name
     try:
-        model, sentencepiece_proto, decode_config = load_model_from_workdir(args.workdir, args.checkpoint,
-                                                                            args.weights)
+        task = run_task(args.workdir)
+        model, sentencepiece_proto, decode_config = load_model_from_workdir(
+            args.workdir, args.checkpoint, args.weights,
+            build_model=lambda config: task.model(config, args.workdir))
         if args.parallel_groups is not None:
             decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
         if args.transposed_kernels is not None:

@@ -41,7 +41,8 @@ def workdir_parser(workdir, checkpoint):
 
     chosen = workdir / CHOSEN_WEIGHTS
     weights = chosen if checkpoint is None and chosen.is_file() else None
-    model, sentencepiece_proto, decode_config = export.load_model_from_workdir(workdir, checkpoint, weights)
+    model, sentencepiece_proto, decode_config = export.load_model_from_workdir(
+        workdir, checkpoint, weights, build_model=lambda config: PARSING.model(config, workdir))
     parser = PARSING.translator(workdir)(model, sentencepiece_proto, decode_config)
     return lambda batch: parser.translate(tf.constant(batch))["translations"]
 

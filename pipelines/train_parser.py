@@ -16,7 +16,7 @@ import sys
 from pipelines import __name__ as _pipelines  # noqa: F401  (sets TF's environment before it loads)
 from pipelines.train_wmt import add_job_flags, averaged_description, flag_assignments, run_job
 from keras_transformer.parsing.configs import PARSING_PRESETS, parsing_configs
-from keras_transformer.parsing.corpus import LINEARIZATIONS, LOSSES
+from keras_transformer.parsing.corpus import LINEARIZATIONS, LOSSES, PARSERS
 from keras_transformer.training.run_config import RunConfigs, apply_overrides
 
 
@@ -33,10 +33,15 @@ def parse_args(argv=None):
     parser.add_argument("--preset", default="parsing", choices=PARSING_PRESETS,
                         help="parsing: the paper's (4 layers, d_model 1024, beam 21, alpha 0.3); parsing_small: "
                              "trains on 2 CPU cores; parsing_tiny: tests and the offline quick run")
-    parser.add_argument("--linearization", default="brackets", choices=LINEARIZATIONS,
+    parser.add_argument("--parser", default="seq2seq", choices=PARSERS,
+                        help="seq2seq: the paper's Transformer, decoding linearized trees; span: its encoder scoring "
+                             "every span of words and tagging every word, the best tree found by CKY (Kitaev and "
+                             "Klein, 2018; not the paper's; trained on the depth linearization)")
+    parser.add_argument("--linearization", default=None, choices=LINEARIZATIONS,
                         help="brackets: trees written depth first with their brackets (the paper's, after Vinyals "
                              "et al.); depth: one tag and one depth label a word (Gomez-Rodriguez and Vilares, 2018); "
-                             "depth_word_first: the same with each word before its tag")
+                             "depth_word_first: the same with each word before its tag. Default: brackets, and "
+                             "depth with --parser span")
     parser.add_argument("--loss", default="all", choices=LOSSES,
                         help="all: the loss scores every target piece (as in translation); labels: only the tree "
                              "tokens and EOS, not the pieces of the words, which decoding copies (not the paper's)")
@@ -54,7 +59,7 @@ def dev_scores(result, configs):
     configs = RunConfigs.read(result.workdir)
     corpus = PARSING.corpus(configs.data)
     pairs = list(corpus.pairs("validation"))
-    parser = BeamSearchTranslator(load_averaged_model(configs, result.averaged_weights),
+    parser = BeamSearchTranslator(load_averaged_model(configs, result.averaged_weights, PARSING, result.workdir),
                                   SubwordTokenizer.from_file(result.workdir / "sentencepiece.model"),
                                   configs.decode, translator_class=PARSING.translator(result.workdir))
     sentences = [sentence for sentence, _ in pairs]
@@ -66,8 +71,9 @@ def main(argv=None):
     from keras_transformer.parsing.task import PARSING
 
     try:
-        configs = apply_overrides(parsing_configs(args.preset, args.train, args.dev, args.test, args.linearization,
-                                                  args.loss),
+        linearization = args.linearization or ("depth" if args.parser == "span" else "brackets")
+        configs = apply_overrides(parsing_configs(args.preset, args.train, args.dev, args.test, linearization,
+                                                  args.loss, args.parser),
                                   flag_assignments(args) + args.overrides)
         if not args.dry_run:
             PARSING.corpus(configs.data)  # reads every tree: a bad file stops here, naming its file and line
@@ -77,7 +83,8 @@ def main(argv=None):
     code, result = run_job(args, configs, args.workdir, task=PARSING)
     if result is None or result.scores is None:
         return code
-    name = f"({averaged_description(configs, result)}, beam {configs.decode.beam_size}, alpha {configs.decode.alpha})"
+    decoding = "CKY" if args.parser == "span" else f"beam {configs.decode.beam_size}, alpha {configs.decode.alpha}"
+    name = f"({averaged_description(configs, result)}, {decoding})"
     print(dev_scores(result, configs).report(f"dev {name}"))
     print(result.scores.report(f"test {name}"))
     if result.export_path is not None:

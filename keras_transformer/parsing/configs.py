@@ -18,13 +18,13 @@ DATA_MAX_LENGTH = {"parsing": 512, "parsing_small": 256, "parsing_tiny": 256}
 
 
 def parsing_configs(preset: str, train, validation, test, linearization: str = "brackets",
-                    loss: str = "all") -> RunConfigs:
+                    loss: str = "all", parser: str = "seq2seq") -> RunConfigs:
     """The configs of `preset` for the treebank files (paths or lists of paths) of each split, the
     trees linearized as `linearization` (parsing.corpus.LINEARIZATIONS), the loss on `loss`
-    (parsing.corpus.LOSSES)."""
+    (parsing.corpus.LOSSES), for the model `parser` (parsing.corpus.PARSERS)."""
     if preset not in PARSING_PRESETS:
         raise ValueError(f"unknown parsing preset {preset!r}; expected one of {PARSING_PRESETS}")
-    configs = preset_configs(preset, treebank_spec(train, validation, test, linearization, loss))
+    configs = preset_configs(preset, treebank_spec(train, validation, test, linearization, loss, parser))
     decode = PAPER_DECODE if preset != "parsing_tiny" else dataclasses.replace(PAPER_DECODE, beam_size=4)
     data = dataclasses.replace(configs.data, max_length=DATA_MAX_LENGTH[preset])
     return dataclasses.replace(configs, decode=decode, data=data)

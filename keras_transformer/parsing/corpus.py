@@ -28,6 +28,9 @@ LINEARIZATIONS = ("brackets", "depth", "depth_word_first")
 # What the loss scores: every target piece ("all", as in translation) or the tree tokens and EOS
 # only ("labels"): the parser's decoding copies the words, so their pieces need not be learned.
 LOSSES = ("all", "labels")
+# The model: "seq2seq" (the paper's Transformer, decoding a linearized tree) or "span" (its encoder
+# scoring every span, parsing.span_model; trained on the depth linearization).
+PARSERS = ("seq2seq", "span")
 
 
 def _check_choice(what: str, value: str, choices: tuple) -> str:
@@ -44,19 +47,28 @@ def check_loss(loss: str) -> str:
     return _check_choice("parsing loss", loss, LOSSES)
 
 
+def check_parser(parser: str, linearization: str) -> str:
+    _check_choice("parser", parser, PARSERS)
+    if parser == "span" and linearization != "depth":
+        raise ValueError(f"the span parser reads its gold trees from the depth linearization, not {linearization!r}")
+    return parser
+
+
 class TreebankCorpus(Corpus):
     """Treebank files per split (a path, a directory, or a list of them); "train" is required.
     linearization: "brackets" (the paper's, after Vinyals et al.), "depth" (one label per word) or
     "depth_word_first" (the same with each word before its tag). loss: "all" (every target piece)
-    or "labels" (the tree tokens and EOS only, see LOSSES)."""
+    or "labels" (the tree tokens and EOS only, see LOSSES). parser: the model the corpus is for
+    (PARSERS); "span" needs the "depth" linearization."""
 
     source_language = "en"
     target_language = "trees"
 
     def __init__(self, files: Mapping[str, Union[str, pathlib.Path, Sequence]], name: str = "treebank",
-                 linearization: str = "brackets", loss: str = "all"):
+                 linearization: str = "brackets", loss: str = "all", parser: str = "seq2seq"):
         self.linearization = check_linearization(linearization)
         self.loss = check_loss(loss)
+        self.parser = check_parser(parser, linearization)
         unknown = sorted(set(files) - set(SPLITS))
         if unknown or "train" not in files:
             raise ValueError(f"{name}: expected splits among {SPLITS} with 'train'; got {sorted(files)}")
@@ -106,26 +118,28 @@ class TreebankCorpus(Corpus):
         return self.user_defined_symbols() if self.loss == "labels" else None
 
 
-def treebank_spec(train, validation, test, linearization: str = "brackets", loss: str = "all") -> str:
+def treebank_spec(train, validation, test, linearization: str = "brackets", loss: str = "all",
+                  parser: str = "seq2seq") -> str:
     """The DataConfig.dataset naming a treebank corpus: "treebank:train=A;validation=B;test=C"
-    (several paths of one split joined by '+'), ";linearization=NAME" for any but brackets and
-    ";loss=labels" for that loss."""
+    (several paths of one split joined by '+'), ";linearization=NAME" for any but brackets,
+    ";loss=labels" for that loss and ";parser=span" for that parser."""
     def paths(value):
         values = [value] if isinstance(value, (str, pathlib.Path)) else list(value)
         return "+".join(str(pathlib.Path(v).resolve()) for v in values)
     check_linearization(linearization)
     check_loss(loss)
+    check_parser(parser, linearization)
     return (SPEC_PREFIX + ";".join(f"{split}={paths(value)}" for split, value in
                                    (("train", train), ("validation", validation), ("test", test)))
             + ("" if linearization == "brackets" else f";linearization={linearization}")
-            + ("" if loss == "all" else f";loss={loss}"))
+            + ("" if loss == "all" else f";loss={loss}") + ("" if parser == "seq2seq" else f";parser={parser}"))
 
 
 def parse_spec_options(spec: str) -> tuple[dict, dict]:
-    """A treebank spec's files by split and its options (linearization, loss), without reading any tree."""
+    """A treebank spec's files by split and its options (linearization, loss, parser), without reading any tree."""
     if not spec.startswith(SPEC_PREFIX):
         raise ValueError(f"not a treebank spec (expected '{SPEC_PREFIX}train=...;validation=...;test=...'): {spec!r}")
-    files, options = {}, {"linearization": "brackets", "loss": "all"}
+    files, options = {}, {"linearization": "brackets", "loss": "all", "parser": "seq2seq"}
     for item in filter(None, spec[len(SPEC_PREFIX):].split(";")):
         key, _, value = item.partition("=")
         if key in options:

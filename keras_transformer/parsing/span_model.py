@@ -15,15 +15,22 @@ difference is the difference of W times each fencepost, so the first layer runs 
 span: P_k = W_f f_k - W_b b_{k+1}, and the span's hidden vector is P_j - P_i + c.
 """
 import keras
+import numpy as np
 import tensorflow as tf
+from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer import masking
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import Encoder, LayerNormalization
 from keras_transformer.layers.positional import SinusoidalPositionalEncoding
+from keras_transformer.model import TokenLossModel
+from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK
+from keras_transformer.parsing.parser import _WORD_MARK, DEPTH, TAG, piece_classes, word_start_pieces
+from keras_transformer.parsing.span_charts import gold_span_labels
+from keras_transformer.training.training_model import StreamTraining
 
 
 def word_pieces(tokenize, sentences):
@@ -62,8 +69,76 @@ def word_pieces(tokenize, sentences):
     return source.to_tensor(), positions(starts), positions(ends), tf.cast(words.row_lengths(), tf.int32)
 
 
+def source_word_positions(source_ids, word_starts_table):
+    """In-graph, from the training stream's source ids (B, S) (pieces, EOS, padding) and the
+    vocabulary's word-start table (V,) bool: what word_pieces gives for raw sentences, (source_ids
+    (B, S + 1) with BOS first, word_starts (B, N + 2), word_ends (B, N + 2), word_counts (B,)). A
+    word begins at each piece with SentencePiece's space mark (and at the first piece)."""
+    ids = tf.pad(tf.cast(source_ids, tf.int32), [[0, 0], [1, 0]], constant_values=BOS_ID)
+    pieces = (ids != PAD_ID) & (ids != EOS_ID) & (ids != BOS_ID)  # (B, S + 1)
+    positions = tf.broadcast_to(tf.range(tf.shape(ids)[1]), tf.shape(ids))
+    begins = pieces & (tf.gather(word_starts_table, ids) | tf.equal(positions, 1))
+    starts = tf.ragged.boolean_mask(positions, begins)  # (B, None)
+    eos = tf.RaggedTensor.from_tensor(tf.reduce_sum(tf.cast(pieces, tf.int32), axis=1, keepdims=True) + 1)
+    bos = tf.RaggedTensor.from_tensor(tf.zeros_like(eos.flat_values)[:, None])
+    ends = tf.concat([starts[:, 1:], eos], axis=1) - 1
+    return (ids, tf.concat([bos, starts, eos], axis=1).to_tensor(), tf.concat([bos, ends, eos], axis=1).to_tensor(),
+            tf.cast(starts.row_lengths(), tf.int32))
+
+
+class SpanTargets:
+    """What a span parser reads from a run's vocabulary (a SentencePiece model with the tag and
+    depth tokens of parsing.depth_labels, the "depth" linearization): which pieces begin a word, and
+    the gold tree of each target sequence, in-graph.
+
+    gold(target_ids (B, T)) -> (tag ids (B, N), -1 past each sentence; unary label ids (B, N);
+    counts a(k) (B, N); lca label ids (B, N); words (B,)), the labels as spans.SpanLabels numbers them.
+    """
+
+    def __init__(self, sentencepiece_proto: bytes, vocab_size: int, span_labels):
+        classes = piece_classes(sentencepiece_proto, vocab_size)
+        if not (classes == DEPTH).any():
+            raise ValueError("a span parser is trained on the depth linearization: this vocabulary has no depth tokens")
+        pieces = sentencepiece_model_pb2.ModelProto.FromString(sentencepiece_proto).pieces
+        tags, unaries, changes, lcas = (np.zeros([vocab_size], np.int32) for _ in range(4))
+        tags[:] = -1
+        for index in np.flatnonzero(classes == TAG):
+            unary, _, tag = pieces[index].piece[len(_WORD_MARK):].rpartition(UNARY_MARK)
+            tags[index], unaries[index] = span_labels.tag_id(tag), span_labels.label_id(unary) if unary else 0
+        for index in np.flatnonzero(classes == DEPTH):
+            match = DEPTH_TOKEN.match(pieces[index].piece[len(_WORD_MARK):])
+            changes[index], lcas[index] = int(match.group(1)), span_labels.label_id(match.group(2))
+        self.word_starts = tf.constant(word_start_pieces(sentencepiece_proto, vocab_size))
+        self.tags, self.unaries = tf.constant(tags), tf.constant(unaries)
+        self.changes, self.lcas = tf.constant(changes), tf.constant(lcas)
+        self.depth = tf.constant(classes == DEPTH)
+
+    def is_tag(self, target_ids):
+        """(B, T) bool: the tag tokens of target ids (tag, word pieces, depth token, tag, ...), one a
+        word: the first token and those after a depth token. (A tag token may also be a word's piece,
+        "▁." for the word "." under the tag ".", so its id alone does not tell.)"""
+        ids = tf.cast(target_ids, tf.int32)
+        after_depth = tf.pad(tf.gather(self.depth, ids)[:, :-1], [[0, 0], [1, 0]], constant_values=True)
+        return after_depth & (tf.gather(self.tags, ids) >= 0)
+
+    def gold(self, target_ids):
+        ids = tf.cast(target_ids, tf.int32)
+        is_tag, is_depth = self.is_tag(ids), tf.gather(self.depth, ids)
+
+        def picked(table, mask, default):
+            return tf.ragged.boolean_mask(tf.gather(table, ids), mask).to_tensor(default)
+
+        tags, unaries = picked(self.tags, is_tag, -1), picked(self.unaries, is_tag, 0)
+        width = tf.shape(tags)[1]
+        changes, lcas = (tf.pad(picked(table, is_depth, 0), [[0, 0], [0, 1]])[:, :width]
+                         for table in (self.changes, self.lcas))
+        changes = tf.pad(changes, [[0, 0], [0, width - tf.shape(changes)[1]]])
+        lcas = tf.pad(lcas, [[0, 0], [0, width - tf.shape(lcas)[1]]])
+        return tags, unaries, tf.cumsum(changes, axis=1), lcas, tf.reduce_sum(tf.cast(is_tag, tf.int32), axis=1)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class SpanParserModel(keras.Model):
+class SpanParserModel(TokenLossModel):
     """Span and tag scores of a sentence; see the module docstring.
 
     Args:
@@ -72,19 +147,26 @@ class SpanParserModel(keras.Model):
       num_labels: L, span labels including label 0, no constituent (spans.SpanLabels).
       num_tags: part-of-speech tags.
       span_hidden: width of the span and tag classifiers' hidden layer (Kitaev and Klein: 250).
-    Call arguments: (source_ids (B, S), word_starts (B, N + 2), word_ends (B, N + 2), word_counts
-      (B,)), as word_pieces gives them; training.
-    Returns (span_logits (B, N + 1, N + 1, L), tag_logits (B, N, num_tags)); span_logits[b, i, j]
-      is meaningful for i < j <= word_counts[b] only.
+      targets: the run's SpanTargets, which training reads word boundaries and gold trees with (they
+        come with the vocabulary, not with get_config); None for a model that only scores.
+    Call arguments: (source_ids (B, S), target_input_ids (B, T)), as the training stream gives them
+      (the target is not read: the loss reads the gold tree from the target output ids); training.
+    Returns (span_logits (B, N + 1, N + 1, L), tag_logits (B, N, num_tags), word_counts (B,));
+      span_logits[b, i, j] is meaningful for i < j <= word_counts[b] only. `span_scores` gives the
+      first two from word_pieces' outputs.
+    `compile()` with no loss uses SpanParserLoss (below), divided by the words of the global batch.
     """
 
-    def __init__(self, config, num_labels, num_tags, span_hidden=250, **kwargs):
+    def __init__(self, config, num_labels, num_tags, span_hidden=250, targets=None, **kwargs):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
         self.num_labels, self.num_tags, self.span_hidden = num_labels, num_tags, span_hidden
+        self.targets = targets
         c = self.config
         if c.d_model % 2:
             raise ValueError(f"a span parser splits word vectors in halves: d_model must be even, not {c.d_model}")
+        if c.rdrop_alpha:
+            raise ValueError("rdrop_alpha is for the seq2seq models; a span parser does not train with R-Drop")
         self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
         self.source_positional = SinusoidalPositionalEncoding(c.max_length, name="source_positional")
         self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
@@ -108,7 +190,7 @@ class SpanParserModel(keras.Model):
             return
         ids = tf.constant([[BOS_ID, 5, EOS_ID]], tf.int32)
         positions = tf.constant([[0, 1, 2]], tf.int32)
-        self.call((ids, positions, positions, tf.constant([1], tf.int32)), training=False)
+        self.span_scores(ids, positions, positions, training=False)
         super().build(input_shape)
 
     def word_vectors(self, source_ids, word_starts, word_ends, training=None):
@@ -127,12 +209,29 @@ class SpanParserModel(keras.Model):
         fenceposts = self.span_forward(forward[:, :-1]) - self.span_backward(backward[:, 1:])  # (B, N + 1, H)
         return fenceposts[:, None, :, :] - fenceposts[:, :, None, :] + tf.cast(self.span_bias, fenceposts.dtype)
 
-    def call(self, inputs, training=None):
-        source_ids, word_starts, word_ends, _ = inputs
+    def span_scores(self, source_ids, word_starts, word_ends, training=None):
+        """(source_ids (B, S) with BOS, word_starts, word_ends (B, N + 2)), as word_pieces gives them,
+        -> (span_logits (B, N + 1, N + 1, L), tag_logits (B, N, num_tags))."""
         words = self.word_vectors(tf.cast(source_ids, tf.int32), word_starts, word_ends, training=training)
         spans = self.span_output(tf.nn.relu(self.span_norm(self.span_hidden_vectors(words))))
         tags = self.tag_output(tf.nn.relu(self.tag_norm(self.tag_hidden(words[:, 1:-1]))))
         return spans, tags
+
+    def call(self, inputs, training=None):
+        if self.targets is None:
+            raise ValueError("this SpanParserModel has no SpanTargets: it scores word_pieces' outputs (span_scores) "
+                             "but cannot read the training stream's batches")
+        source_ids, word_starts, word_ends, word_counts = source_word_positions(inputs[0], self.targets.word_starts)
+        spans, tags = self.span_scores(source_ids, word_starts, word_ends, training=training)
+        return spans, tags, word_counts
+
+    def default_loss(self):
+        if self.targets is None:
+            raise ValueError("a SpanParserModel without SpanTargets has no loss to train with")
+        return SpanParserLoss(self.targets)
+
+    def build_compiled(self):
+        """Nothing: the loss is not Keras' compiled loss (Keras would build it from a symbolic call)."""
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
@@ -148,11 +247,58 @@ def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags):
     gold_tags (B, N): tag ids, -1 past the sentence. Each span is classified on its own (a local
     model, as Teng and Zhang, 2018, train theirs), not through the tree (Kitaev and Klein's hinge loss).
     """
+    total, words = span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags)
+    return total / tf.maximum(words, 1.0)
+
+
+def span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags):
+    """(the summed cross-entropy of span_parser_loss, the words it is over) as float32 scalars."""
     span_mask = gold_spans >= 0
     tag_mask = gold_tags >= 0
     span_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
         tf.boolean_mask(gold_spans, span_mask), tf.cast(tf.boolean_mask(span_logits, span_mask), tf.float32))
     tag_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
         tf.boolean_mask(gold_tags, tag_mask), tf.cast(tf.boolean_mask(tag_logits, tag_mask), tf.float32))
-    words = tf.maximum(tf.reduce_sum(tf.cast(tag_mask, tf.float32)), 1.0)
-    return (tf.reduce_sum(span_losses) + tf.reduce_sum(tag_losses)) / words
+    return tf.reduce_sum(span_losses) + tf.reduce_sum(tag_losses), tf.reduce_sum(tf.cast(tag_mask, tf.float32))
+
+
+def _fit_columns(values, width, default):
+    """values (B, M) cut or padded with `default` to (B, width)."""
+    values = values[:, :width]
+    return tf.pad(values, [[0, 0], [0, width - tf.shape(values)[1]]], constant_values=default)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SpanParserLoss(keras.losses.Loss):
+    """span_parser_loss of a SpanParserModel's outputs against the gold trees that the target ids
+    (the depth linearization) spell, read with the run's SpanTargets; what the model's training step
+    divides by the words of the global batch (`sum_and_count`, as LabelSmoothedCrossEntropy's for
+    tokens). A sentence whose target has another number of words than its source's word starts
+    (which only a SentencePiece model that drops a whole word could cause) is left out of the loss."""
+
+    def __init__(self, targets: SpanTargets, name="span_parser_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.targets = targets
+
+    def real_tokens(self, y_true, dtype=tf.float32):
+        """(B, T) 1 at the tag tokens of y_true: the loss is per word."""
+        return tf.cast(self.targets.is_tag(y_true), dtype)
+
+    def sum_and_count(self, y_true, y_pred):
+        span_logits, tag_logits, word_counts = y_pred
+        tags, unaries, counts, lcas, lengths = self.targets.gold(y_true)
+        width = tf.shape(tag_logits)[1]
+        agree = tf.equal(lengths, word_counts)[:, None]  # (B, 1)
+        tags = tf.where(agree, _fit_columns(tags, width, -1), -1)
+        unaries, counts, lcas = (_fit_columns(values, width, 0) for values in (unaries, counts, lcas))
+        spans = gold_span_labels(counts, lcas, unaries, tf.where(agree[:, 0], lengths, 0))
+        total, words = span_parser_loss_sum(span_logits, tag_logits, spans, tags)
+        return total, words, total
+
+    def call(self, y_true, y_pred):
+        total, words, _ = self.sum_and_count(y_true, y_pred)
+        return total / tf.maximum(words, 1.0)
+
+
+class TrainingSpanParser(StreamTraining, SpanParserModel):
+    """A SpanParserModel that trains on `training_stream` elements (training.training_model)."""

@@ -9,14 +9,18 @@ import pathlib
 from typing import Optional, Sequence
 
 from keras_transformer.data import DataConfig
-from keras_transformer.parsing.corpus import corpus_from_spec, gold_tree, parse_spec
+from keras_transformer.export import SENTENCEPIECE_FILENAME
+from keras_transformer.parsing.corpus import SPEC_PREFIX, corpus_from_spec, gold_tree, parse_spec_options
 from keras_transformer.parsing.evalb import CUTOFF_LENGTH, evalb
 from keras_transformer.parsing.linearization import Repairs, repair
 from keras_transformer.parsing.parser import Parser
+from keras_transformer.parsing.span_model import SpanParserModel, SpanTargets, TrainingSpanParser
+from keras_transformer.parsing.span_parser import SpanParser
+from keras_transformer.parsing.spans import SPAN_LABELS_FILENAME, SpanLabels
 from keras_transformer.parsing.tag_dictionary import build_tag_dictionary, read_tag_dictionary, write_tag_dictionary
 from keras_transformer.parsing.trees import Tree, TreeFormatError, escape_word, parse_tree, tokenize_brackets
 from keras_transformer.training.run_config import RunConfigs
-from keras_transformer.training.task import Task
+from keras_transformer.training.task import Task, transformer_model
 
 
 def sequence_of_tree_text(text: str) -> str:
@@ -109,18 +113,56 @@ def parsing_corpus(data):
 
 
 def write_parsing_files(workdir, corpus):
-    """The train split's tag dictionary, which the Parser decodes with."""
+    """The train split's tag dictionary, which the Parser decodes with, and its span labels, which a
+    span parser's model and SpanParser read."""
     write_tag_dictionary(workdir, build_tag_dictionary(corpus.trees("train")))
+    SpanLabels.from_trees(corpus.trees("train")).write(workdir)
+
+
+def run_options(workdir) -> dict:
+    """The treebank options (linearization, loss, parser) of the run in workdir; the defaults for a
+    workdir without a data config."""
+    data_config = pathlib.Path(workdir) / RunConfigs.FILENAMES["data"]
+    if not data_config.is_file():
+        return parse_spec_options(SPEC_PREFIX)[1]
+    return parse_spec_options(DataConfig.from_json(data_config.read_text()).dataset)[1]
 
 
 def parser_options(workdir):
     """The Parser's tag dictionary, where the run has one (delete the file to parse without), and the
-    order of word and tag of the run's linearization."""
-    data_config = pathlib.Path(workdir) / RunConfigs.FILENAMES["data"]
-    linearization = parse_spec(DataConfig.from_json(data_config.read_text()).dataset)[1] if data_config.is_file() \
-        else "brackets"
-    return {"tag_dictionary": read_tag_dictionary(workdir), "word_first": linearization == "depth_word_first"}
+    order of word and tag of the run's linearization; a span parser's span labels."""
+    options = run_options(workdir)
+    if options["parser"] == "span":
+        return {"span_labels": _span_labels(workdir)}
+    return {"tag_dictionary": read_tag_dictionary(workdir), "word_first": options["linearization"] == "depth_word_first"}
 
 
-PARSING = Task(name="parsing", corpus=parsing_corpus, translator_class=Parser, validation_metric=validation_f1,
-               test_scores=parse_scores, prepare_workdir=write_parsing_files, translator_options=parser_options)
+def _span_labels(workdir) -> SpanLabels:
+    span_labels = SpanLabels.read(workdir)
+    if span_labels is None:
+        raise FileNotFoundError(f"span labels not found: {pathlib.Path(workdir) / SPAN_LABELS_FILENAME}")
+    return span_labels
+
+
+def parser(model, sentencepiece_proto, decode_config=None, **options):
+    """PARSING's translator: a SpanParser for a span parser's model, else the seq2seq Parser."""
+    if isinstance(model, SpanParserModel):
+        return SpanParser(model, sentencepiece_proto, decode_config, **options)
+    return Parser(model, sentencepiece_proto, decode_config, **options)
+
+
+def parsing_model(config, workdir, training=False, **training_options):
+    """PARSING's model (Task.model): the Transformer, or for a span parser's run a SpanParserModel
+    with the run's span labels and vocabulary."""
+    if run_options(workdir)["parser"] != "span":
+        return transformer_model(config, workdir, training, **training_options)
+    span_labels = _span_labels(workdir)
+    proto = (pathlib.Path(workdir) / SENTENCEPIECE_FILENAME).read_bytes()
+    model_class = TrainingSpanParser if training else SpanParserModel
+    return model_class(config, len(span_labels.labels), len(span_labels.tags),
+                       targets=SpanTargets(proto, config.vocab_size, span_labels), **training_options)
+
+
+PARSING = Task(name="parsing", corpus=parsing_corpus, translator_class=parser, validation_metric=validation_f1,
+               test_scores=parse_scores, prepare_workdir=write_parsing_files, translator_options=parser_options,
+               model=parsing_model)

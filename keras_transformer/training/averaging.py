@@ -32,7 +32,7 @@ def last_checkpoints(workdir, count: int) -> list[str]:
     return list(state.all_model_checkpoint_paths)[-count:] if count > 0 else []
 
 
-def average_checkpoints(model: Transformer, checkpoint_paths: Sequence[str]) -> Transformer:
+def average_checkpoints(model, checkpoint_paths: Sequence[str]):
     """Sets the model's weights to the element-wise mean of theirs in `checkpoint_paths`; returns it.
 
     Each checkpoint is one written by the run (`tf.train.Checkpoint(model=..., ...)`); only the
@@ -50,9 +50,12 @@ def average_checkpoints(model: Transformer, checkpoint_paths: Sequence[str]) -> 
     return model
 
 
-def average_run(workdir, count: int, output: Optional[pathlib.Path] = None, select: str = "last") -> pathlib.Path:
+def average_run(workdir, count: int, output: Optional[pathlib.Path] = None, select: str = "last",
+                build_model=None) -> pathlib.Path:
     """Averages `count` checkpoints of the run in workdir into its averaged.weights.h5 (or `output`):
-    the last ones (select="last") or the best ones by validation loss (select="best")."""
+    the last ones (select="last") or the best ones by validation loss (select="best").
+    build_model: TransformerConfig -> the unbuilt model of the run (default the Transformer; a
+    task's Task.model)."""
     workdir = pathlib.Path(workdir)
     choosers = {"last": last_checkpoints, "best": best_checkpoints}
     if select not in choosers:
@@ -62,7 +65,7 @@ def average_run(workdir, count: int, output: Optional[pathlib.Path] = None, sele
     if len(paths) < count:
         logger.warning("averaging %d checkpoints: the run has only %d %s ones of the %d asked for",
                        len(paths), len(paths), select, count)
-    model = average_checkpoints(Transformer(config), paths)
+    model = average_checkpoints((build_model or Transformer)(config), paths)
     output = pathlib.Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
     temporary = output.with_name(output.name.replace(".weights.h5", ".tmp.weights.h5"))
     model.save_weights(str(temporary))

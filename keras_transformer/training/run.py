@@ -28,7 +28,6 @@ from keras_transformer.data import DataConfig, load_or_train_tokenizer, make_cor
 from keras_transformer.data.pipeline import check_some_pair_fits
 from keras_transformer.export import SENTENCEPIECE_FILENAME, Translator, export_translator
 from keras_transformer.files import write_lines, write_text_atomically
-from keras_transformer.model import Transformer
 from keras_transformer.precision import set_dtype_policy
 from keras_transformer.schedule import cooldown_plan, paper_optimizer, schedule_cooldown
 from keras_transformer.training.averaging import average_run
@@ -45,7 +44,6 @@ from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
 from keras_transformer.training.summaries import TrainingMonitor
 from keras_transformer.training.task import TRANSLATION, Task
-from keras_transformer.training.training_model import TrainingTransformer
 
 logger = logging.getLogger(__name__)
 
@@ -165,11 +163,11 @@ def saved_train_config(workdir) -> Optional[TrainConfig]:
         return None
 
 
-def _build_training_model(configs: RunConfigs, strategy, workdir, chief, saved_train=None):
+def _build_training_model(configs: RunConfigs, strategy, workdir, chief, saved_train=None, task=TRANSLATION):
     with strategy.scope():
         position = DataPosition()
-        model = TrainingTransformer(configs.model, accumulate_steps=configs.run.accumulate_steps,
-                                    data_position=position)
+        model = task.model(configs.model, workdir, training=True, accumulate_steps=configs.run.accumulate_steps,
+                           data_position=position)
         model.compile(optimizer=paper_optimizer(configs.model.d_model, configs.train),
                       jit_compile=configs.run.jit_compile)
         model.prepare_for_training()
@@ -307,8 +305,10 @@ def evaluate_test_set(translator: BeamSearchTranslator, corpus, workdir=None, ta
     return scores
 
 
-def load_averaged_model(configs: RunConfigs, weights_path) -> Transformer:
-    model = Transformer(configs.model)
+def load_averaged_model(configs: RunConfigs, weights_path, task: Task = TRANSLATION, workdir=None):
+    """The task's model (the Transformer for translation) with the weights of weights_path; workdir
+    is the run's (default: weights_path's directory), where the task's model may read its files."""
+    model = task.model(configs.model, pathlib.Path(workdir or pathlib.Path(weights_path).parent))
     model.build()
     model.load_weights(str(weights_path))
     return model
@@ -443,7 +443,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
     try:
-        model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief, saved_train)
+        model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief, saved_train, task)
         record = ValidationRecord.read(workdir)
         evaluations, stopped_early = [], record.patience_exhausted(configs.run.early_stopping_patience)
         try:
@@ -463,8 +463,9 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     result = RunResult(workdir=workdir, step=run_checkpoint.step, evaluations=evaluations, stopped_early=stopped_early)
     if not chief:
         return result
-    result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average, select=configs.train.average)
-    averaged = load_averaged_model(configs, result.averaged_weights)
+    result.averaged_weights = average_run(workdir, configs.train.checkpoints_to_average, select=configs.train.average,
+                                          build_model=lambda config: task.model(config, workdir))
+    averaged = load_averaged_model(configs, result.averaged_weights, task, workdir)
     translator_class = task.translator(workdir)
     translator = BeamSearchTranslator(averaged, tokenizer, configs.decode,  # evaluated, then exported
                                       translator_class=translator_class)

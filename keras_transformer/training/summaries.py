@@ -203,7 +203,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         values.update(self.metric(sources, hypotheses, references))
         self.history.append((step, values))
         print(f"\nstep {step}: " + ", ".join(f"validation {name} {value:.4g}" for name, value in values.items())
-              + f" (scores on {len(sources)} sentences, beam {self.translator.decode_config.beam_size})", flush=True)
+              + f" (scores on {len(sources)} sentences, {self.translator.translator.decoding()})", flush=True)
         if self.write:
             self._write_evaluation(step, values, sources, references, hypotheses)
         return values
@@ -215,7 +215,7 @@ class TrainingMonitor(keras.callbacks.Callback):
                 tf.summary.scalar(name, value)
             tf.summary.text("translations", translations_markdown(sources[shown], references[shown],
                                                                   hypotheses[shown]))
-            if sources and self.num_samples:
+            if sources and self.num_samples and hasattr(self.model, "decode"):  # (a span parser has no decoder)
                 source_ids = self.translator.source_ids(sources[:1])[0]
                 output_ids = np.append(self.sentencepiece.encode(hypotheses[0]), EOS_ID)
                 weights = cross_attention(self.model, source_ids, output_ids)

@@ -28,6 +28,10 @@ class Task:
         writes what the translator needs besides the model and the vocabulary.
       translator_options: workdir -> keyword arguments of translator_class, read from what
         prepare_workdir wrote.
+      model: (TransformerConfig, workdir, training) -> the run's keras model, unbuilt (with
+        training=True, the keyword arguments of training_model.StreamTraining too: a model that
+        trains on the training stream): the Transformer's, or another model.TokenLossModel of
+        the task (parsing's span parser), which may read what prepare_workdir wrote.
     """
 
     name: str
@@ -37,6 +41,11 @@ class Task:
     test_scores: Callable
     prepare_workdir: Callable = lambda workdir, corpus: None
     translator_options: Callable = lambda workdir: {}
+    model: Callable = None  # transformer_model (below)
+
+    def __post_init__(self):
+        if self.model is None:
+            object.__setattr__(self, "model", transformer_model)
 
     def translator(self, workdir):
         """translator_class with the options of the run in workdir."""
@@ -49,6 +58,14 @@ class Task:
             return self.validation_metric, self.test_scores
         return (functools.partial(self.validation_metric, lowercase=True),
                 functools.partial(self.test_scores, lowercase=True))
+
+
+def transformer_model(config, workdir, training=False, **training_options):
+    """Task.model of translation: the Transformer (TrainingTransformer to train)."""
+    from keras_transformer.model import Transformer
+    from keras_transformer.training.training_model import TrainingTransformer
+
+    return TrainingTransformer(config, **training_options) if training else Transformer(config)
 
 
 def translation_corpus(data: DataConfig):

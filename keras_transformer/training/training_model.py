@@ -25,18 +25,18 @@ from keras_transformer.training.data_stream import DataPosition, unpack_micro_ba
 from keras_transformer.training.distribution import is_multi_worker
 
 
-class TrainingTransformer(Transformer):
-    """A Transformer that trains on `training_stream` elements; see the module docstring.
+class StreamTraining:
+    """What makes a model.TokenLossModel (the Transformer, the span parser) train on
+    `training_stream` elements; see the module docstring. Mixed in before the model's class.
 
-    Args:
-      config: a TransformerConfig.
+    Args (keywords, besides the model's own):
       accumulate_steps: K, micro-batches per optimizer step (the stream must pack the same K).
       data_position: the DataPosition the step records into (None: not recorded). It is kept out
         of the model's own checkpoint dependencies: the run's checkpoint saves it beside the model.
     """
 
-    def __init__(self, config, accumulate_steps=1, data_position=None, **kwargs):
-        super().__init__(config, **kwargs)
+    def __init__(self, *args, accumulate_steps=1, data_position=None, **kwargs):
+        super().__init__(*args, **kwargs)
         self.accumulate_steps = accumulate_steps
         # A bound method, which checkpoints do not follow: the position is no part of the model.
         self._record_position = data_position.record if data_position is not None else None
@@ -55,8 +55,7 @@ class TrainingTransformer(Transformer):
         stream's dict elements.
         """
         self.build()
-        ids = tf.ones((1, 1), tf.int32)
-        self._symbolic_build(data_batch=((ids, ids), ids))
+        self.build_compiled()
         if not self.optimizer.built:
             self.optimizer.build(self.trainable_variables)
 
@@ -103,6 +102,13 @@ class TrainingTransformer(Transformer):
         return self.get_metrics_result()
 
 
+class TrainingTransformer(StreamTraining, Transformer):
+    """A Transformer that trains on `training_stream` elements; see the module docstring.
+
+    Args: config, a TransformerConfig; accumulate_steps and data_position as StreamTraining's.
+    """
+
+
 def _reducible_across_workers(logs):
     """The step's scalar logs as (1,) tensors under MultiWorkerMirroredStrategy, unchanged otherwise.
 
@@ -123,4 +129,4 @@ def rng_state_variables(model: keras.Model):
     return [variable for variable in model.variables if "seed_generator_state" in variable.path]
 
 
-__all__ = ["DataPosition", "TrainingTransformer", "rng_state_variables"]
+__all__ = ["DataPosition", "StreamTraining", "TrainingTransformer", "rng_state_variables"]

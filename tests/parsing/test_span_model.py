@@ -1,6 +1,7 @@
-"""The span parser's model: word_pieces points at each word's pieces, a sentence's scores do not
-depend on the sentences padded beside it, and a tiny model learns the toy treebank's trees, which
-spans.best_spans then rebuilds."""
+"""The span parser's model: word_pieces points at each word's pieces (and source_word_positions at
+the same from the training stream's ids), the gold trees read from target ids (also where a word is
+spelled as a tag token), the loss on them, a sentence's scores do not depend on the sentences padded
+beside it, and a tiny model learns the toy treebank's trees, which spans.best_spans then rebuilds."""
 import keras
 import numpy as np
 import pytest
@@ -11,8 +12,11 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, SubwordTokenizer, TokenizerSettings, train_sentencepiece
 from keras_transformer.parsing import read_treebank
 from keras_transformer.parsing.evalb import evalb
-from keras_transformer.parsing.span_model import SpanParserModel, span_parser_loss, word_pieces
-from keras_transformer.parsing.spans import SpanLabels, parse_from_scores
+from keras_transformer.parsing.corpus import TreebankCorpus
+from keras_transformer.parsing.span_charts import gold_span_labels
+from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, source_word_positions,
+                                                  span_parser_loss, word_pieces)
+from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 
 
@@ -63,8 +67,8 @@ def test_a_sentences_scores_do_not_depend_on_its_batch(toy):
     model = small_model(tokenizer, span_labels)
     short = " ".join(min(trees, key=lambda tree: len(tree.words())).words())
     long = " ".join(max(trees, key=lambda tree: len(tree.words())).words())
-    alone_spans, alone_tags = model(word_pieces(tokenizer.tokenize, tf.constant([short])))
-    spans, tags = model(word_pieces(tokenizer.tokenize, tf.constant([short, long])))
+    alone_spans, alone_tags = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant([short]))[:3])
+    spans, tags = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant([short, long]))[:3])
     n = len(short.split())
     assert spans.shape[1] == len(long.split()) + 1 and alone_spans.shape[1] == n + 1
     np.testing.assert_allclose(spans[0, :n + 1, :n + 1], alone_spans[0], atol=1e-5)
@@ -99,7 +103,7 @@ def test_a_tiny_model_learns_the_toy_trees(toy):
     @tf.function(reduce_retracing=True)
     def step(features, gold_spans, gold_tags):
         with tf.GradientTape() as tape:
-            spans, tags = model(features, training=True)
+            spans, tags = model.span_scores(*features[:3], training=True)
             loss = span_parser_loss(spans, tags, gold_spans, gold_tags)
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
@@ -108,8 +112,70 @@ def test_a_tiny_model_learns_the_toy_trees(toy):
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
     answers = []
     for features, batch in zip(inputs, batches):
-        spans, tags = model(features)
+        spans, tags = model.span_scores(*features[:3])
         log_probs = tf.nn.log_softmax(spans).numpy()
         answers += [parse_from_scores(tree.words(), log_probs[row], tags[row].numpy().argmax(-1), span_labels)
                     for row, tree in enumerate(batch)]
     assert evalb(trees, answers).all.f1 > 90.0  # 97.7 when written; 85.9 after half the steps
+
+
+@pytest.fixture(scope="module")
+def depth_run(tmp_path_factory):
+    """Toy trees, their (sentence, depth linearization) pairs, a vocabulary with their tree tokens,
+    SpanLabels and SpanTargets, as a span parser's run has them."""
+    paths = write_toy_treebank(tmp_path_factory.mktemp("toy-depth"), seed=5, sizes={"train": 200})
+    corpus = TreebankCorpus({"train": paths["train"]}, linearization="depth", parser="span")
+    pairs = list(corpus.pairs("train"))
+    settings = TokenizerSettings(vocab_size=600, user_defined_symbols=corpus.user_defined_symbols())
+    tokenizer = SubwordTokenizer(train_sentencepiece((text for pair in pairs for text in pair), settings))
+    trees = list(corpus.trees("train"))
+    span_labels = SpanLabels.from_trees(trees)
+    return trees, pairs, tokenizer, span_labels, SpanTargets(tokenizer.model_proto, tokenizer.vocab_size, span_labels)
+
+
+def stream_batch(tokenizer, pairs):
+    """(source_ids (B, S) with EOS, target_output_ids (B, T) with EOS), 0-padded, as the training stream's."""
+    def ids(texts):
+        tokens = tokenizer.tokenize(tf.constant(texts))
+        return tf.concat([tokens, tf.fill([tokens.nrows(), 1], EOS_ID)], axis=1).to_tensor()
+    return ids([source for source, _ in pairs]), ids([target for _, target in pairs])
+
+
+def test_source_word_positions_are_those_of_word_pieces(depth_run):
+    trees, pairs, tokenizer, _, targets = depth_run
+    source_ids, _ = stream_batch(tokenizer, pairs[:20])
+    from_ids = source_word_positions(source_ids, targets.word_starts)
+    from_text = word_pieces(tokenizer.tokenize, tf.constant([source for source, _ in pairs[:20]]))
+    assert any("." in tree.words() for tree in trees[:20])
+    for ours, theirs in zip(from_ids, from_text):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_the_gold_trees_of_target_ids(depth_run):
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    _, target_ids = stream_batch(tokenizer, pairs[:40])
+    tags, unaries, counts, lcas, lengths = (t.numpy() for t in targets.gold(target_ids))
+    # "." is a word and a tag: only the tag tokens count as tags.
+    assert any(tree.words()[-1] == "." and tree.tags()[-1] == "." for tree in trees[:40])
+    spans = gold_span_labels(counts, lcas, unaries, lengths).numpy()
+    for row, tree in enumerate(trees[:40]):
+        length = len(tree.words())
+        assert lengths[row] == length
+        assert [span_labels.tags[tag] for tag in tags[row, :length]] == tree.tags()
+        assert (tags[row, length:] == -1).all()
+        labelled = {(int(i), int(j)): span_labels.labels[spans[row, i, j]] for i, j in zip(*np.nonzero(spans[row] > 0))}
+        assert labelled == tree_spans(tree), tree.to_string()
+
+
+def test_the_loss_of_stream_batches_is_that_of_the_gold_arrays(depth_run):
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    model = small_model(tokenizer, span_labels)
+    model.targets = targets
+    source_ids, target_ids = stream_batch(tokenizer, pairs[:8])
+    outputs = model((source_ids, target_ids))
+    total, words, _ = SpanParserLoss(targets).sum_and_count(target_ids, outputs)
+    assert float(words) == sum(len(tree.words()) for tree in trees[:8])
+    expected = span_parser_loss(outputs[0], outputs[1], *(tf.constant(a) for a in gold_arrays(trees[:8], span_labels)))
+    np.testing.assert_allclose(float(total) / float(words), float(expected), rtol=1e-5)
+    np.testing.assert_array_equal(SpanParserLoss(targets).real_tokens(target_ids).numpy().sum(axis=1),
+                                  [len(tree.words()) for tree in trees[:8]])

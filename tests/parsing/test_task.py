@@ -45,10 +45,21 @@ def test_a_spec_names_its_files_and_linearization_without_reading_them(tmp_path)
 
 def test_a_spec_keeps_the_loss_on_labels_and_an_unknown_loss_is_named(tmp_path):
     spec = treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", "depth_word_first", "labels")
-    assert parse_spec_options(spec)[1] == {"linearization": "depth_word_first", "loss": "labels"}
+    assert parse_spec_options(spec)[1] == {"linearization": "depth_word_first", "loss": "labels", "parser": "seq2seq"}
     assert parse_spec_options(treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c"))[1]["loss"] == "all"
     with pytest.raises(ValueError, match=r"unknown parsing loss 'words'; expected one of \('all', 'labels'\)"):
         treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", "depth", "words")
+
+
+def test_a_spec_keeps_the_span_parser_which_reads_the_depth_linearization(tmp_path):
+    spec = treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", "depth", parser="span")
+    assert spec.endswith(";linearization=depth;parser=span")
+    assert parse_spec_options(spec)[1] == {"linearization": "depth", "loss": "all", "parser": "span"}
+    with pytest.raises(ValueError, match="the span parser reads its gold trees from the depth linearization, "
+                                         "not 'brackets'"):
+        treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", parser="span")
+    with pytest.raises(ValueError, match=r"unknown parser 'chart'; expected one of \('seq2seq', 'span'\)"):
+        treebank_spec(tmp_path / "a", tmp_path / "b", tmp_path / "c", "depth", parser="chart")
 
 
 @pytest.mark.parametrize("linearization", ["brackets", "depth_word_first"])

@@ -90,6 +90,40 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
             assert tag in allowed or not (allowed or word in dictionary.words), (word, tag, line)
 
 
+@pytest.mark.slow
+def test_the_span_parser_trains_resumes_and_parses(toy_treebank, tmp_path):
+    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
+    command = [*train_command(toy_treebank, workdir, export_dir, 20), "--parser", "span"]
+    run_module("pipelines.train_parser", *command)
+    stdout, stderr = run_module("pipelines.train_parser", *command[:-8], "--train-steps", 30, *command[-6:])
+    assert "training from step 20" in stderr, stderr[-2000:]
+    assert re.search(r"^dev \(30 steps, .*CKY\): EVALB \(COLLINS.prm\) F1 \d+\.\d\d .* 12 sentences, \d+ errors, "
+                     r"0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
+    assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
+    assert ";linearization=depth;parser=span" in (workdir / "data_config.json").read_text()
+    saved_model = export_dir / "2"  # the second run's weights are another version
+    settings = json.loads((saved_model / "assets" / "translator.json").read_text())
+    assert settings["parser"] == "span" and settings["signatures"] == ["serving_default"]
+    listed = json.loads(run_python(LIST_OPS, saved_model).splitlines()[-1])
+    registered = listed["registered"]
+    assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
+    assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
+
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(line + "\n" for line in SENTENCES))
+    outputs = {}
+    for name, model in (("run", workdir), ("saved_model", saved_model)):
+        outputs[name] = tmp_path / f"trees-{name}.txt"
+        _, stderr = run_module("pipelines.parse", "--model", model, "--input", sentences, "--output", outputs[name])
+        assert "0 of 4 answers needed repair" in stderr
+        lines = outputs[name].read_text().splitlines()
+        assert lines[1] == "" and len(lines) == 4
+        for sentence, line in zip(SENTENCES, lines):
+            if sentence:
+                assert parse_tree(line).words() == sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
+    assert outputs["run"].read_text() == outputs["saved_model"].read_text()
+
+
 @pytest.mark.parametrize("text, line, what", [
     ("(S (NP (NN a)) (VP (VB b)))\n(S (NP (NN a)) (VP (VB b))\n", 2, "never closed"),
     ("(S (NP (NN a)) (VP (VB b)))\nnot a tree\n", 2, "text outside any tree"),

@@ -1,0 +1,89 @@
+"""SpanParser: the Translator of a span parser (parsing.span_model): raw tokenized sentences in
+(words separated by spaces), bracketed trees out, in TensorFlow ops only, so that its SavedModel
+runs in TF Serving as the seq2seq Parser's does.
+
+    parser = SpanParser(model, sentencepiece_proto, span_labels=SpanLabels.read(workdir))
+    parser.parse(tf.constant(["I saw a dog ."]))["trees"]   # [b"(S (NP (PRP I)) (VP ... ) (. .))"]
+
+Each word is tokenized alone (span_model.word_pieces), the model scores every span and tags every
+word, and CKY (span_charts) keeps the most probable tree, whose spans over two or more words are
+labelled and whose whole sentence is (for two words or more); each word gets its most probable tag.
+So every answer is a tree over exactly the input words, found in one pass of the encoder: no beam
+search, and no beam size or alpha (DecodeConfig's are not read).
+
+Signatures:
+  serving_default  inputs (B,) string -> trees (B,) string
+Empty (whitespace-only) sentences give "". Words are split at any whitespace, "(" and ")" written
+-LRB- and -RRB- as the PTB does (as Parser). A sentence whose pieces, with BOS and EOS, are more than
+the model's max_length is refused with an InvalidArgumentError naming the limit.
+"""
+import tensorflow as tf
+
+from keras_transformer.export import HOST, Translator
+from keras_transformer.parsing.parser import Parser, escape_words
+from keras_transformer.parsing.span_charts import trees_from_span_scores
+from keras_transformer.parsing.span_model import word_pieces
+
+
+class SpanParser(Translator):
+    """Sentences in, trees out (module docstring). model: a SpanParserModel; span_labels: the run's
+    spans.SpanLabels (its span_labels.json); constituent_bias: spans.best_spans'. decode_config,
+    max_source_length and max_beam_size are accepted as the Translator's and not used. The graph
+    computes in the model's own precision (precision None or that one)."""
+
+    def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
+                 max_beam_size=1, precision=None, span_labels=None, constituent_bias=0.0, name="span_parser"):
+        if precision is not None and precision != model.dtype_policy.name:
+            raise ValueError(f"a span parser is exported in its model's precision ({model.dtype_policy.name}), "
+                             f"not {precision}")
+        super().__init__(model, sentencepiece_proto, decode_config, max_source_length=model.config.max_length,
+                         max_beam_size=1, name=name)
+        if span_labels is None:
+            raise ValueError("a SpanParser needs the run's span labels (spans.SpanLabels.read(workdir))")
+        self.span_labels = span_labels
+        self.constituent_bias = float(constituent_bias)
+
+    def settings(self):
+        values = super().settings()
+        for key in ("max_beam_size", "max_output_length", "max_source_length"):
+            del values[key]
+        values.update(task="parsing", parser="span", constituent_bias=self.constituent_bias,
+                      max_pieces=self.model.config.max_length - 2, signatures=list(self.signatures()),
+                      labels=len(self.span_labels.labels), tags=len(self.span_labels.tags))
+        return values
+
+    def decoding(self) -> str:
+        return "CKY" if not self.constituent_bias else f"CKY, constituent bias {self.constituent_bias:g}"
+
+    def _parse(self, inputs):
+        """Trees (B,) of raw sentences (B,)."""
+        words, sentences = Parser._words(inputs)
+        with tf.device(HOST):
+            source_ids, starts, ends, counts = word_pieces(self._sentencepiece().tokenize, sentences)
+        limit = self.model.config.max_length
+        check = tf.debugging.assert_less_equal(
+            tf.shape(source_ids)[1], limit,
+            message=f"a sentence is too long for this parser: its SentencePiece pieces with BOS and EOS are more "
+                    f"than the model's max_length, {limit}")
+        with tf.control_dependencies([check]):
+            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, training=False)
+        log_probs = tf.nn.log_softmax(tf.cast(span_logits, tf.float32))
+        tag_ids = tf.argmax(tag_logits, axis=-1, output_type=tf.int32)
+        with tf.device(HOST):
+            return trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,
+                                          self.span_labels.labels, self.span_labels.tags, self.constituent_bias)
+
+    translate_nbest = None  # n-best trees are not offered
+    score = None
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def parse(self, inputs):
+        return {"trees": self._parse(inputs)}
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        """What the training job's evaluations read: the trees as `translations`."""
+        return {"translations": self._parse(inputs)}
+
+    def signatures(self):
+        return {"serving_default": self.parse}
