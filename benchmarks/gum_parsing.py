@@ -2,7 +2,7 @@
 test once with EVALB (COLLINS.prm).
 
     python benchmarks/gum_parsing.py --minutes 60 --workdir runs/gum-parsing [--preset parsing_small]
-        [--linearization depth_word_first|depth|brackets] [--loss all|labels] [--candidates 3]
+        [--parser seq2seq|span] [--linearization depth_word_first|depth|brackets] [--loss all|labels] [--candidates 3]
         [--choice-sentences 400] [--skip-training] [--threads 2] [--set FIELD=VALUE ...]
 
 Trains `--preset` on GUM train (../shared/data/gum or $KT_SHARED_DATA), its trees as one label per
@@ -20,6 +20,9 @@ Prints one JSON line: {"task": "gum_parsing", "dev_f1" (all of dev), "test_f1", 
 (F1 in percent, as EVALB prints it) and writes <workdir>/dev_f1.png: dev F1 against training minutes
 (the evaluations during training, on the first run.eval_sentences dev sentences, and the
 candidates).
+
+With --parser span it trains the span parser (README, Parsing) on the depth linearization instead,
+and parses with CKY (no beam).
 
 Running the same command again resumes an interrupted run, for up to --minutes more; with
 --skip-training it chooses and scores the run in --workdir as it stands (a run made before the tag
@@ -50,6 +53,9 @@ def parse_args():
                         help="trees as one label per word, each word before its tag (the default here: chosen "
                              "on GUM dev, README), with the tag first (depth), or as brackets "
                              "(pipelines.train_parser's default, the paper's)")
+    parser.add_argument("--parser", default="seq2seq",
+                        help="seq2seq (the paper's) or span (the encoder scoring every span, CKY; "
+                             "pipelines.train_parser's --parser); span trains on the depth linearization")
     parser.add_argument("--loss", default="all",
                         help="what the loss scores: every target piece, or the tree tokens only (labels), "
                              "as pipelines.train_parser's --loss")
@@ -113,15 +119,15 @@ def plot_dev_f1(path, during, candidates, title, dev_sentences):
 def candidates(configs, workdir, averaged_weights, count):
     """(name, model, minutes-stamp file) of the averaged weights and the last `count` checkpoints."""
     from keras_transformer.export import restore_checkpoint
-    from keras_transformer.model import Transformer
+    from keras_transformer.parsing.task import PARSING
     from keras_transformer.training.averaging import last_checkpoints
     from keras_transformer.training.run import load_averaged_model
 
     paths = last_checkpoints(workdir, count)
     latest = last_checkpoints(workdir, 1)[-1]
-    yield "averaged", load_averaged_model(configs, averaged_weights), pathlib.Path(latest + ".index")
+    yield "averaged", load_averaged_model(configs, averaged_weights, PARSING, workdir), pathlib.Path(latest + ".index")
     for path in reversed(paths):
-        model = Transformer(configs.model)
+        model = PARSING.model(configs.model, workdir)
         model.build()
         restore_checkpoint(model, path)
         yield pathlib.Path(path).name, model, pathlib.Path(path + ".index")
@@ -131,10 +137,13 @@ def main():
     parser, args = parse_args()
     setup_tensorflow(args)
     log_the_job()
-    from keras_transformer.parsing.corpus import check_linearization, check_loss
+    from keras_transformer.parsing.corpus import check_linearization, check_loss, check_parser
     try:
+        if args.parser == "span":
+            args.linearization = "depth"
         check_linearization(args.linearization)
         check_loss(args.loss)
+        check_parser(args.parser, args.linearization)
     except ValueError as error:
         parser.error(str(error))
     import time
@@ -159,7 +168,7 @@ def main():
     workdir = args.workdir or pathlib.Path("runs") / f"gum-{args.preset}"
     # The job's closing evaluation runs on dev (its "test" split): GUM test is decoded once, below.
     configs = parsing_configs(args.preset, folder / "train.ptb", folder / "dev.ptb", folder / "dev.ptb",
-                              args.linearization, args.loss)
+                              args.linearization, args.loss, args.parser)
     configs = apply_overrides(configs, [f"run.max_train_minutes={args.minutes}", *MODEL_DEFAULTS, *args.overrides])
     started = time.monotonic()
     if args.skip_training:
@@ -170,7 +179,8 @@ def main():
             PARSING.prepare_workdir(workdir, TreebankCorpus({"train": folder / "train.ptb"}))
         step = checkpoint_step(tf.train.latest_checkpoint(str(checkpoint_directory(workdir))))
         result = RunResult(workdir=workdir, step=step, averaged_weights=average_run(
-            workdir, configs.train.checkpoints_to_average, select=configs.train.average))
+            workdir, configs.train.checkpoints_to_average, select=configs.train.average,
+            build_model=lambda config: PARSING.model(config, workdir)))
     else:
         result = train_and_evaluate(workdir, configs, verbose=2, task=PARSING, evaluate_test=False)
     configs = RunConfigs.read(workdir)
@@ -216,7 +226,8 @@ def main():
          test_precision=round(test_scores.precision, 2),
          dev_repaired=dev_scores.repaired, test_repaired=test_scores.repaired,
          dev_error_sentences=dev_scores.error_sentences, test_error_sentences=test_scores.error_sentences,
-         tag_dictionary=parser_class.keywords["tag_dictionary"] is not None, steps=result.step, budget_minutes=args.minutes,
+         parser=args.parser, tag_dictionary=parser_class.keywords.get("tag_dictionary") is not None,
+         steps=result.step, budget_minutes=args.minutes,
          wall_minutes=round((time.monotonic() - started) / 60.0, 1), beam=configs.decode.beam_size,
          alpha=configs.decode.alpha, threads=args.threads, dev_sentences=len(dev), test_sentences=len(test),
          choice_sentences=len(choice), candidates={n: round(f1, 2) for n, _, f1 in tried},

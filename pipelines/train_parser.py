@@ -5,6 +5,9 @@ its last checkpoints, print EVALB F1 on the dev and test sets, and export a Save
     python -m pipelines.train_parser --train toy/train.mrg --dev toy/dev.mrg --test toy/test.mrg \
         --preset parsing_tiny --workdir runs/toy-parser                # offline, minutes
 
+`--parser span` trains a span parser instead (the paper's encoder scoring every span of words, the
+best tree found by CKY; README, Parsing), a deviation from the paper's seq2seq parser.
+
 It is the job of pipelines.train_wmt with a treebank as its corpus (every flag of that job applies):
 run the same command again after an interruption to resume; TensorBoard: <workdir>/tensorboard
 (validation F1 at each evaluation). --train, --dev and --test each take files or directories.

@@ -3,8 +3,15 @@ per word, a score for every span of words and label, and a part-of-speech tag pe
 
 After Kitaev and Klein (2018, "Constituency Parsing with a Self-Attentive Encoder"), whose encoder
 is the paper's, with a span classifier in place of the decoder; a deviation from the paper's
-seq2seq parser (section 6.3), for small treebanks. `spans.best_spans` turns its scores into the
-most probable tree.
+seq2seq parser (section 6.3), for small treebanks. `spans.best_spans` (Python) and
+`span_charts.best_tree_labels` (TensorFlow ops, what parsing.span_parser.SpanParser exports) turn
+its scores into the most probable tree.
+
+It trains through the training job like the Transformer (TrainingSpanParser: model.TokenLossModel's
+steps, training_model.StreamTraining's stream), on the "depth" linearization's pairs: the source ids
+say where each word begins (the pieces with SentencePiece's space mark, source_word_positions), the
+target ids hold each word's tag and the tree as depth labels (SpanTargets), from which the step
+derives the gold label of every span (span_charts.gold_span_labels); SpanParserLoss is per word.
 
 Words (B, N) become vectors with two sentinels, BOS at 0 and EOS at n + 1: word w's vector is a
 projection of the encoder's outputs at its first and last piece. A span (i, j), covering words i
@@ -130,10 +137,7 @@ class SpanTargets:
 
         tags, unaries = picked(self.tags, is_tag, -1), picked(self.unaries, is_tag, 0)
         width = tf.shape(tags)[1]
-        changes, lcas = (tf.pad(picked(table, is_depth, 0), [[0, 0], [0, 1]])[:, :width]
-                         for table in (self.changes, self.lcas))
-        changes = tf.pad(changes, [[0, 0], [0, width - tf.shape(changes)[1]]])
-        lcas = tf.pad(lcas, [[0, 0], [0, width - tf.shape(lcas)[1]]])
+        changes, lcas = (_fit_columns(picked(table, is_depth, 0), width, 0) for table in (self.changes, self.lcas))
         return tags, unaries, tf.cumsum(changes, axis=1), lcas, tf.reduce_sum(tf.cast(is_tag, tf.int32), axis=1)
 
 
@@ -178,8 +182,11 @@ class SpanParserModel(TokenLossModel):
         self.word_projection = keras.layers.Dense(c.d_model, name="word_projection")
         self.span_forward = keras.layers.Dense(span_hidden, use_bias=False, name="span_forward")
         self.span_backward = keras.layers.Dense(span_hidden, use_bias=False, name="span_backward")
-        self.span_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="span_norm")
-        self.span_output = keras.layers.Dense(num_labels, name="span_output")
+        # Every span, (N + 1)^2 of them a sentence, in float32 under mixed precision too: the gradients
+        # of span_bias, span_norm and span_output sum over all of them, which float16 and bfloat16 sums
+        # get wrong (one step's span_output bias gradient was 40% off the float32 one's on 6 toy sentences).
+        self.span_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="span_norm", dtype="float32")
+        self.span_output = keras.layers.Dense(num_labels, name="span_output", dtype="float32")
         self.tag_hidden = keras.layers.Dense(span_hidden, name="tag_hidden")
         self.tag_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="tag_norm")
         self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
@@ -204,10 +211,11 @@ class SpanParserModel(TokenLossModel):
         return self.word_projection(tf.concat([first, last], axis=-1))
 
     def span_hidden_vectors(self, words):
-        """(B, N + 2, D) word vectors -> (B, N + 1, N + 1, span_hidden): [b, i, j] = P_j - P_i + c."""
+        """(B, N + 2, D) word vectors -> (B, N + 1, N + 1, span_hidden) float32: [b, i, j] = P_j - P_i + c."""
         forward, backward = tf.split(words, 2, axis=-1)
         fenceposts = self.span_forward(forward[:, :-1]) - self.span_backward(backward[:, 1:])  # (B, N + 1, H)
-        return fenceposts[:, None, :, :] - fenceposts[:, :, None, :] + tf.cast(self.span_bias, fenceposts.dtype)
+        fenceposts = tf.cast(fenceposts, tf.float32)
+        return fenceposts[:, None, :, :] - fenceposts[:, :, None, :] + self.span_bias
 
     def span_scores(self, source_ids, word_starts, word_ends, training=None):
         """(source_ids (B, S) with BOS, word_starts, word_ends (B, N + 2)), as word_pieces gives them,
@@ -224,6 +232,14 @@ class SpanParserModel(TokenLossModel):
         source_ids, word_starts, word_ends, word_counts = source_word_positions(inputs[0], self.targets.word_starts)
         spans, tags = self.span_scores(source_ids, word_starts, word_ends, training=training)
         return spans, tags, word_counts
+
+    def compile(self, optimizer=None, loss=None, metrics=None, jit_compile="auto", **kwargs):
+        """TokenLossModel.compile; jit_compile=True is refused: the loss reads the gold trees with
+        ragged ops (a sentence's words vary), which XLA cannot compile."""
+        if jit_compile is True:
+            raise ValueError("the span parser's training step reads its gold trees with ragged ops, which XLA cannot "
+                             "compile: train it without --jit-compile (run.jit_compile)")
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False, **kwargs)
 
     def default_loss(self):
         if self.targets is None:

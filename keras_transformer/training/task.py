@@ -11,6 +11,14 @@ from keras_transformer.export import Translator
 from keras_transformer.training.evaluation import score, validation_scores
 
 
+def transformer_model(config, workdir, training=False, **training_options):
+    """Task.model of translation: the Transformer (TrainingTransformer to train)."""
+    from keras_transformer.model import Transformer
+    from keras_transformer.training.training_model import TrainingTransformer
+
+    return TrainingTransformer(config, **training_options) if training else Transformer(config)
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """Fields:
@@ -41,11 +49,7 @@ class Task:
     test_scores: Callable
     prepare_workdir: Callable = lambda workdir, corpus: None
     translator_options: Callable = lambda workdir: {}
-    model: Callable = None  # transformer_model (below)
-
-    def __post_init__(self):
-        if self.model is None:
-            object.__setattr__(self, "model", transformer_model)
+    model: Callable = transformer_model
 
     def translator(self, workdir):
         """translator_class with the options of the run in workdir."""
@@ -58,14 +62,6 @@ class Task:
             return self.validation_metric, self.test_scores
         return (functools.partial(self.validation_metric, lowercase=True),
                 functools.partial(self.test_scores, lowercase=True))
-
-
-def transformer_model(config, workdir, training=False, **training_options):
-    """Task.model of translation: the Transformer (TrainingTransformer to train)."""
-    from keras_transformer.model import Transformer
-    from keras_transformer.training.training_model import TrainingTransformer
-
-    return TrainingTransformer(config, **training_options) if training else Transformer(config)
 
 
 def translation_corpus(data: DataConfig):

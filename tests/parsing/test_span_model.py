@@ -14,10 +14,13 @@ from keras_transformer.parsing import read_treebank
 from keras_transformer.parsing.evalb import evalb
 from keras_transformer.parsing.corpus import TreebankCorpus
 from keras_transformer.parsing.span_charts import gold_span_labels
-from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, source_word_positions,
-                                                  span_parser_loss, word_pieces)
+from keras_transformer.optimizers import Adam
+from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
+                                                  source_word_positions, span_parser_loss, word_pieces)
+from keras_transformer.precision import set_dtype_policy
 from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from tests.training.test_precision import _adam_slots, _assert_same_step
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +182,36 @@ def test_the_loss_of_stream_batches_is_that_of_the_gold_arrays(depth_run):
     np.testing.assert_allclose(float(total) / float(words), float(expected), rtol=1e-5)
     np.testing.assert_array_equal(SpanParserLoss(targets).real_tokens(target_ids).numpy().sum(axis=1),
                                   [len(tree.words()) for tree in trees[:8]])
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_a_mixed_precision_step_of_the_span_parser_matches_the_float32_step(depth_run, policy):
+    """As tests/training/test_precision.py for the Transformer: one step of TrainingSpanParser from
+    the same weights on a stream batch, its loss and Adam's slots (the gradients, loss scale divided
+    out) against the float32 step's; and jit_compile=True refused with the reason."""
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    source_ids, target_ids = stream_batch(tokenizer, pairs[:6])
+    target_input = tf.pad(target_ids[:, :-1], [[0, 0], [1, 0]], constant_values=BOS_ID)
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=128, dropout_rate=0.0)
+    steps = {}
+    try:
+        for name in ("float32", policy):
+            set_dtype_policy(name)
+            model = TrainingSpanParser(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32,
+                                       targets=targets)
+            model.compile(optimizer=Adam(1e-3, beta_1=0.9, beta_2=0.98, epsilon=1e-9))
+            model.prepare_for_training()
+            if name == "float32":
+                weights = model.get_weights()
+            model.set_weights(weights)
+            logs = model.train_on_batch((source_ids, target_input), target_ids, return_dict=True)
+            steps[name] = (float(logs["loss"]), _adam_slots(model), model)
+        with pytest.raises(ValueError, match="train it without --jit-compile"):
+            model.compile(jit_compile=True)
+    finally:
+        set_dtype_policy("float32")
+    assert steps[policy][2].compute_dtype != "float32"
+    if policy == "mixed_float16":
+        assert isinstance(steps[policy][2].optimizer, keras.optimizers.LossScaleOptimizer)
+    _assert_same_step(steps[policy], steps["float32"], policy)

@@ -41,6 +41,25 @@ def train_command(paths, workdir, export_dir, steps):
             "--checkpoint-every-steps", 10, "--verbose", 0]
 
 
+def parse_with_run_and_saved_model(workdir, saved_model, tmp_path):
+    """pipelines.parse of SENTENCES with the run directory and with the SavedModel (the latest
+    version under it, or that version): the same trees, each over its sentence's words; their files."""
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(line + "\n" for line in SENTENCES))
+    outputs = {}
+    for name, model in (("run", workdir), ("saved_model", saved_model)):
+        outputs[name] = tmp_path / f"trees-{name}.txt"
+        _, stderr = run_module("pipelines.parse", "--model", model, "--input", sentences, "--output", outputs[name])
+        assert "0 of 4 answers needed repair" in stderr
+        lines = outputs[name].read_text().splitlines()
+        assert lines[1] == "" and len(lines) == 4
+        for sentence, line in zip(SENTENCES, lines):
+            if sentence:
+                assert parse_tree(line).words() == sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
+    assert outputs["run"].read_text() == outputs["saved_model"].read_text()
+    return outputs
+
+
 @pytest.mark.slow
 def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
     workdir, export_dir, stdout = (readme_parser_run.workdir, readme_parser_run.saved_model.parent,
@@ -64,20 +83,7 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
     assert not set(registered) & PYTHON_OPS and "While" in registered
     assert listed["without_cpu_kernel"] == [] and listed["float_types"] == ["DT_FLOAT"]
 
-    sentences = tmp_path / "sentences.txt"
-    sentences.write_text("".join(line + "\n" for line in SENTENCES))
-    outputs = {}
-    for name, model in (("run", workdir), ("saved_model", export_dir)):
-        outputs[name] = tmp_path / f"trees-{name}.txt"
-        _, stderr = run_module("pipelines.parse", "--model", model, "--input", sentences, "--output", outputs[name])
-        assert "0 of 4 answers needed repair" in stderr
-        lines = outputs[name].read_text().splitlines()
-        assert lines[1] == "" and len(lines) == 4
-        for sentence, line in zip(SENTENCES, lines):
-            if sentence:
-                expected = sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
-                assert parse_tree(line).words() == expected
-    assert outputs["run"].read_text() == outputs["saved_model"].read_text()
+    outputs = parse_with_run_and_saved_model(workdir, export_dir, tmp_path)
     # The tag dictionary the job wrote from the train trees: both parsed with it.
     dictionary = read_tag_dictionary(workdir)
     assert dictionary.words["the"] == ("DT",) and dictionary.words["."] == (".",)
@@ -109,19 +115,7 @@ def test_the_span_parser_trains_resumes_and_parses(toy_treebank, tmp_path):
     assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
 
-    sentences = tmp_path / "sentences.txt"
-    sentences.write_text("".join(line + "\n" for line in SENTENCES))
-    outputs = {}
-    for name, model in (("run", workdir), ("saved_model", saved_model)):
-        outputs[name] = tmp_path / f"trees-{name}.txt"
-        _, stderr = run_module("pipelines.parse", "--model", model, "--input", sentences, "--output", outputs[name])
-        assert "0 of 4 answers needed repair" in stderr
-        lines = outputs[name].read_text().splitlines()
-        assert lines[1] == "" and len(lines) == 4
-        for sentence, line in zip(SENTENCES, lines):
-            if sentence:
-                assert parse_tree(line).words() == sentence.replace("(", "-LRB-").replace(")", "-RRB-").split()
-    assert outputs["run"].read_text() == outputs["saved_model"].read_text()
+    parse_with_run_and_saved_model(workdir, saved_model, tmp_path)
 
 
 @pytest.mark.parametrize("text, line, what", [
