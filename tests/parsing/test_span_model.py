@@ -20,6 +20,8 @@ from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserMode
 from keras_transformer.precision import set_dtype_policy
 from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from keras_transformer.training.data_stream import DataPosition
+from tests.training.test_distribution import _element, _ragged_elements, _union
 from tests.training.test_precision import _adam_slots, _assert_same_step
 
 
@@ -215,3 +217,41 @@ def test_a_mixed_precision_step_of_the_span_parser_matches_the_float32_step(dept
     if policy == "mixed_float16":
         assert isinstance(steps[policy][2].optimizer, keras.optimizers.LossScaleOptimizer)
     _assert_same_step(steps[policy], steps["float32"], policy)
+
+
+def test_a_mirrored_step_of_the_span_parser_equals_one_device_on_the_global_batch(depth_run):
+    """As tests/training/test_distribution.py for the Transformer: 4 replicas, each with its own stream
+    batch (own shape, own words), take the step one device takes on their union (SGD at learning
+    rate 1, so a loss normalized by each replica's own words instead of the global batch's shows)."""
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:4]
+    assert len(devices) == 4, "tests/conftest.py declares 8 logical CPUs"
+    batches = []
+    for start, size in ((0, 1), (1, 3), (4, 2), (6, 5)):
+        source_ids, target_ids = (t.numpy() for t in stream_batch(tokenizer, pairs[start:start + size]))
+        batches.append(((source_ids, np.pad(target_ids[:, :-1], [[0, 0], [1, 0]], constant_values=BOS_ID)),
+                        target_ids))
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=128, dropout_rate=0.0)
+
+    def one_step(strategy, dataset, initial=None):
+        with strategy.scope():
+            model = TrainingSpanParser(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32,
+                                       targets=targets, data_position=DataPosition())
+            model.compile(optimizer=keras.optimizers.SGD(1.0))
+            model.prepare_for_training()
+            if initial is not None:
+                model.set_weights(initial)
+        before = model.get_weights()
+        loss = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False).history["loss"][0]
+        return loss, before, model.get_weights()
+
+    elements = [_element(batch, [0, 0, index]) for index, batch in enumerate(batches)]
+    strategy = tf.distribute.MirroredStrategy(devices)
+    mirrored = one_step(strategy, strategy.distribute_datasets_from_function(lambda _: _ragged_elements(elements)))
+    single = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"),
+                      tf.data.Dataset.from_tensors(_element(_union(batches), [0, 0, 3])), initial=mirrored[1])
+    assert single[0] == pytest.approx(mirrored[0], rel=1e-5)
+    assert any(not np.allclose(after, before) for after, before in zip(single[2], single[1]))
+    for got, want in zip(mirrored[2], single[2], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
