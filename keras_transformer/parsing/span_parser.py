@@ -17,12 +17,38 @@ Empty (whitespace-only) sentences give "". Words are split at any whitespace, "(
 -LRB- and -RRB- as the PTB does (as Parser). A sentence whose pieces, with BOS and EOS, are more than
 the model's max_length is refused with an InvalidArgumentError naming the limit.
 """
+import json
+import pathlib
+
 import tensorflow as tf
 
 from keras_transformer.export import HOST, Translator
+from keras_transformer.files import write_text_atomically
 from keras_transformer.parsing.parser import Parser, escape_words
 from keras_transformer.parsing.span_charts import trees_from_span_scores
 from keras_transformer.parsing.span_model import word_pieces
+
+
+SPAN_PARSER_FILENAME = "span_parser.json"  # a run's chosen constituent bias
+
+
+def write_constituent_bias(workdir, bias: float) -> pathlib.Path:
+    """Records the constituent bias chosen on dev data for the run in workdir (its evaluations,
+    export and pipelines.parse read it)."""
+    path = pathlib.Path(workdir) / SPAN_PARSER_FILENAME
+    write_text_atomically(path, json.dumps({"constituent_bias": float(bias)}) + "\n")
+    return path
+
+
+def read_constituent_bias(workdir) -> float:
+    """The run's recorded constituent bias; 0 (none) where none was chosen."""
+    path = pathlib.Path(workdir) / SPAN_PARSER_FILENAME
+    if not path.is_file():
+        return 0.0
+    try:
+        return float(json.loads(path.read_text())["constituent_bias"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a span parser's settings ({error})") from None
 
 
 class SpanParser(Translator):

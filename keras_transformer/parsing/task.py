@@ -15,7 +15,7 @@ from keras_transformer.parsing.evalb import CUTOFF_LENGTH, evalb
 from keras_transformer.parsing.linearization import Repairs, repair
 from keras_transformer.parsing.parser import Parser
 from keras_transformer.parsing.span_model import SpanParserModel, SpanTargets, TrainingSpanParser
-from keras_transformer.parsing.span_parser import SpanParser
+from keras_transformer.parsing.span_parser import SpanParser, read_constituent_bias
 from keras_transformer.parsing.spans import SPAN_LABELS_FILENAME, SpanLabels
 from keras_transformer.parsing.tag_dictionary import build_tag_dictionary, read_tag_dictionary, write_tag_dictionary
 from keras_transformer.parsing.trees import Tree, TreeFormatError, escape_word, parse_tree, tokenize_brackets
@@ -130,10 +130,11 @@ def run_options(workdir) -> dict:
 
 def parser_options(workdir):
     """The Parser's tag dictionary, where the run has one (delete the file to parse without), and the
-    order of word and tag of the run's linearization; a span parser's span labels."""
+    order of word and tag of the run's linearization; a span parser's span labels and constituent
+    bias (0 unless one was chosen: benchmarks/gum_parsing.py)."""
     options = run_options(workdir)
     if options["parser"] == "span":
-        return {"span_labels": _span_labels(workdir)}
+        return {"span_labels": _span_labels(workdir), "constituent_bias": read_constituent_bias(workdir)}
     return {"tag_dictionary": read_tag_dictionary(workdir), "word_first": options["linearization"] == "depth_word_first"}
 
 

@@ -18,6 +18,7 @@ from keras_transformer.optimizers import Adam
 from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
                                                   source_word_positions, span_parser_loss, word_pieces)
 from keras_transformer.precision import set_dtype_policy
+from keras_transformer.parsing.span_parser import read_constituent_bias, write_constituent_bias
 from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from keras_transformer.training.data_stream import DataPosition
@@ -255,3 +256,12 @@ def test_a_mirrored_step_of_the_span_parser_equals_one_device_on_the_global_batc
     assert any(not np.allclose(after, before) for after, before in zip(single[2], single[1]))
     for got, want in zip(mirrored[2], single[2], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_constituent_bias_is_recorded_in_the_workdir(tmp_path):
+    assert read_constituent_bias(tmp_path) == 0.0  # none chosen
+    write_constituent_bias(tmp_path, 1.5)
+    assert read_constituent_bias(tmp_path) == 1.5
+    (tmp_path / "span_parser.json").write_text("[1.5]")
+    with pytest.raises(ValueError, match="span_parser.json: not a span parser's settings"):
+        read_constituent_bias(tmp_path)
