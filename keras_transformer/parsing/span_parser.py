@@ -17,9 +17,11 @@ Empty (whitespace-only) sentences give "". Words are split at any whitespace, "(
 -LRB- and -RRB- as the PTB does (as Parser). A sentence whose pieces, with BOS and EOS, are more than
 the model's max_length is refused with an InvalidArgumentError naming the limit.
 """
+import io
 import json
 import pathlib
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.export import HOST, Translator
@@ -27,6 +29,35 @@ from keras_transformer.files import write_text_atomically
 from keras_transformer.parsing.parser import Parser, escape_words
 from keras_transformer.parsing.span_charts import trees_from_span_scores
 from keras_transformer.parsing.span_model import word_pieces
+from keras_transformer.parsing.spans import tree_spans
+from keras_transformer.parsing.trees import parse_tree
+
+
+def span_chart_png(words, log_odds, spans, title: str) -> bytes:
+    """A PNG of span scores: row i, column j - 1 is span (i, j) (words i .. j - 1), colored by
+    log_odds[i, j] (blue: a constituent, red: none); `spans` {(i, j): label} are written in their cells."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    n = len(words)
+    chart = np.full((n, n), np.nan)
+    rows, columns = np.triu_indices(n)
+    chart[rows, columns] = log_odds[rows, columns + 1]
+    size = max(3.0, 0.3 * n + 1.5)
+    figure, axis = pyplot.subplots(figsize=(size + 1.0, size))
+    image = axis.imshow(chart, cmap="RdBu", vmin=-10.0, vmax=10.0)
+    figure.colorbar(image, ax=axis, fraction=0.04)
+    for (start, end), label in spans.items():
+        axis.text(end - 1, start, label, ha="center", va="center", fontsize=5)
+    axis.set_xticks(range(n), [f"..{word}" for word in words], rotation=90, fontsize=6)
+    axis.set_yticks(range(n), [f"{word}.." for word in words], fontsize=6)
+    axis.set_title(title, fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    pyplot.close(figure)
+    return buffer.getvalue()
 
 
 SPAN_PARSER_FILENAME = "span_parser.json"  # a run's chosen constituent bias
@@ -98,6 +129,24 @@ class SpanParser(Translator):
         with tf.device(HOST):
             return trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,
                                           self.span_labels.labels, self.span_labels.tags, self.constituent_bias)
+
+    def span_chart(self, sentence: str):
+        """(words, log-odds (n + 1, n + 1)) of one sentence: [i, j] is span (i, j)'s best label's
+        log p less log p(no constituent), as best_spans scores it before the bias (i < j)."""
+        words, sentences = Parser._words(tf.constant([sentence]))
+        source_ids, starts, ends, _ = word_pieces(self._sentencepiece().tokenize, sentences)
+        span_logits, _ = self.model.span_scores(source_ids, starts, ends, training=False)
+        log_probs = tf.nn.log_softmax(tf.cast(span_logits[0], tf.float32)).numpy()
+        return ([word.decode("utf-8") for word in escape_words(words).to_list()[0]],
+                log_probs[:, :, 1:].max(axis=-1) - log_probs[:, :, 0])
+
+    def evaluation_picture(self, sentence: str, answer: str):
+        """(name, PNG) for the training job's TensorBoard (training.summaries): the span scores of a
+        validation sentence, with the spans of its answer tree marked."""
+        words, log_odds = self.span_chart(sentence)
+        spans = tree_spans(parse_tree(answer)) if answer else {}
+        return "span scores", span_chart_png(words, log_odds, spans, f"log p(best label) - log p(no constituent); "
+                                                                     f"marked: the answer's {len(spans)} spans")
 
     translate_nbest = None  # n-best trees are not offered
     score = None

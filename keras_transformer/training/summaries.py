@@ -100,7 +100,8 @@ class TrainingMonitor(keras.callbacks.Callback):
       validation: the validation dataset for the loss, or None.
       translator: a BeamSearchTranslator of the training model.
       validation_pairs: (source, reference) pairs translated for BLEU; the first `num_samples` are
-        shown as text, the first one's attention as an image.
+        shown as text, the first one's attention as an image (or the translator's own picture of it:
+        its `evaluation_picture(source, answer)` -> (name, PNG), where it has one, as the span parser's).
       sentencepiece: a SentencePieceProcessor to name the tokens of the attention map.
       write: False on non-chief workers (they evaluate, which needs every worker, but write nothing).
       metric: (sources, hypotheses, references) -> {name: value}; default BLEU and chrF.
@@ -215,7 +216,11 @@ class TrainingMonitor(keras.callbacks.Callback):
                 tf.summary.scalar(name, value)
             tf.summary.text("translations", translations_markdown(sources[shown], references[shown],
                                                                   hypotheses[shown]))
-            if sources and self.num_samples and hasattr(self.model, "decode"):  # (a span parser has no decoder)
+            picture = getattr(self.translator.translator, "evaluation_picture", None)  # a task's own
+            if sources and self.num_samples and picture is not None:
+                name, png = picture(sources[0], hypotheses[0])
+                tf.summary.image(name, tf.image.decode_png(png, channels=4)[None])
+            elif sources and self.num_samples:
                 source_ids = self.translator.source_ids(sources[:1])[0]
                 output_ids = np.append(self.sentencepiece.encode(hypotheses[0]), EOS_ID)
                 weights = cross_attention(self.model, source_ids, output_ids)

@@ -18,7 +18,7 @@ from keras_transformer.optimizers import Adam
 from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
                                                   source_word_positions, span_parser_loss, word_pieces)
 from keras_transformer.precision import set_dtype_policy
-from keras_transformer.parsing.span_parser import read_constituent_bias, write_constituent_bias
+from keras_transformer.parsing.span_parser import SpanParser, read_constituent_bias, write_constituent_bias
 from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from keras_transformer.training.data_stream import DataPosition
@@ -265,3 +265,15 @@ def test_the_constituent_bias_is_recorded_in_the_workdir(tmp_path):
     (tmp_path / "span_parser.json").write_text("[1.5]")
     with pytest.raises(ValueError, match="span_parser.json: not a span parser's settings"):
         read_constituent_bias(tmp_path)
+
+
+def test_the_span_parsers_tensorboard_picture(depth_run):
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    parser = SpanParser(small_model(tokenizer, span_labels), tokenizer.model_proto, span_labels=span_labels)
+    sentence = " ".join(trees[0].words())
+    words, log_odds = parser.span_chart(sentence)
+    assert words == trees[0].words() and log_odds.shape == (len(words) + 1, len(words) + 1)
+    (answer,) = parser.parse(tf.constant([sentence]))["trees"].numpy()
+    name, png = parser.evaluation_picture(sentence, answer.decode())
+    assert name == "span scores" and png.startswith(b"\x89PNG")
+    assert tf.image.decode_png(png).shape[0] > 100
