@@ -17,7 +17,6 @@ Empty (whitespace-only) sentences give "". Words are split at any whitespace, "(
 -LRB- and -RRB- as the PTB does (as Parser). A sentence whose pieces, with BOS and EOS, are more than
 the model's max_length is refused with an InvalidArgumentError naming the limit.
 """
-import io
 import json
 import pathlib
 
@@ -31,6 +30,7 @@ from keras_transformer.parsing.span_charts import trees_from_span_scores
 from keras_transformer.parsing.span_model import word_pieces
 from keras_transformer.parsing.spans import tree_spans
 from keras_transformer.parsing.trees import parse_tree
+from keras_transformer.training.summaries import figure_png
 
 
 def span_chart_png(words, log_odds, spans, title: str) -> bytes:
@@ -53,11 +53,7 @@ def span_chart_png(words, log_odds, spans, title: str) -> bytes:
     axis.set_xticks(range(n), [f"..{word}" for word in words], rotation=90, fontsize=6)
     axis.set_yticks(range(n), [f"{word}.." for word in words], fontsize=6)
     axis.set_title(title, fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    pyplot.close(figure)
-    return buffer.getvalue()
+    return figure_png(figure)
 
 
 SPAN_PARSER_FILENAME = "span_parser.json"  # a run's chosen constituent bias

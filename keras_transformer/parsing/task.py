@@ -135,7 +135,8 @@ def parser_options(workdir):
     options = run_options(workdir)
     if options["parser"] == "span":
         return {"span_labels": _span_labels(workdir), "constituent_bias": read_constituent_bias(workdir)}
-    return {"tag_dictionary": read_tag_dictionary(workdir), "word_first": options["linearization"] == "depth_word_first"}
+    return {"tag_dictionary": read_tag_dictionary(workdir),
+            "word_first": options["linearization"] == "depth_word_first"}
 
 
 def _span_labels(workdir) -> SpanLabels:

@@ -59,6 +59,13 @@ def attention_heatmap_png(weights, source_pieces, target_pieces, title="") -> by
         else:
             axis.set_yticks([])
     figure.suptitle(title, fontsize=9)
+    return figure_png(figure)
+
+
+def figure_png(figure) -> bytes:
+    """A matplotlib figure as PNG bytes (laid out tightly, 90 dpi); the figure is closed."""
+    from matplotlib import pyplot
+
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
