@@ -9,7 +9,7 @@ from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from keras_transformer.layers.positional import positional_layer
 from keras_transformer.losses import LabelSmoothedCrossEntropy, symmetric_kl_sum
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.schedule import paper_optimizer
@@ -218,7 +218,7 @@ class Transformer(TokenLossModel):
             self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
             self.target_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="target_embedding")
             self.output_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="output_projection")
-        positional = SinusoidalPositionalEncoding if c.positional == "sinusoidal" else LearnedPositionalEmbedding
+        positional = positional_layer(c.positional)
         self.source_positional = positional(c.max_length, name="source_positional")
         self.target_positional = positional(c.max_length, name="target_positional")
         self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")

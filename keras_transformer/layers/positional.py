@@ -71,3 +71,8 @@ class LearnedPositionalEmbedding(_PositionalBase):
 
     def position_table(self):
         return self.position_embeddings
+
+
+def positional_layer(kind: str):
+    """The positional layer class of TransformerConfig.positional: "sinusoidal" (the paper's) or "learned"."""
+    return SinusoidalPositionalEncoding if kind == "sinusoidal" else LearnedPositionalEmbedding

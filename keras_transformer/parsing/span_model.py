@@ -32,7 +32,7 @@ from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import Encoder, LayerNormalization
-from keras_transformer.layers.positional import SinusoidalPositionalEncoding
+from keras_transformer.layers.positional import positional_layer
 from keras_transformer.model import TokenLossModel
 from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK
 from keras_transformer.parsing.parser import _WORD_MARK, DEPTH, TAG, piece_classes, word_start_pieces
@@ -172,7 +172,7 @@ class SpanParserModel(TokenLossModel):
         if c.rdrop_alpha:
             raise ValueError("rdrop_alpha is for the seq2seq models; a span parser does not train with R-Drop")
         self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
-        self.source_positional = SinusoidalPositionalEncoding(c.max_length, name="source_positional")
+        self.source_positional = positional_layer(c.positional)(c.max_length, name="source_positional")
         self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
         self.encoder = Encoder(num_layers=c.num_layers, num_heads=c.num_heads, key_dim=c.key_dim,
                                value_dim=c.value_dim, d_ff=c.d_ff, dropout_rate=c.dropout_rate,

@@ -14,6 +14,7 @@ from keras_transformer.parsing import read_treebank
 from keras_transformer.parsing.evalb import evalb
 from keras_transformer.parsing.corpus import TreebankCorpus
 from keras_transformer.parsing.span_charts import gold_span_labels
+from keras_transformer.layers.positional import positional_layer
 from keras_transformer.optimizers import Adam
 from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
                                                   source_word_positions, span_parser_loss, word_pieces)
@@ -281,3 +282,13 @@ def test_the_span_parsers_tensorboard_picture(depth_run):
     name, png = parser.evaluation_picture(sentence, answer.decode())
     assert name == "span scores" and png.startswith(b"\x89PNG")
     assert tf.image.decode_png(png).shape[0] > 100
+
+
+@pytest.mark.parametrize("kind", ["sinusoidal", "learned"])
+def test_the_span_parser_reads_the_configs_positional_encoding(kind):
+    config = TransformerConfig(vocab_size=50, num_layers=1, d_model=16, d_ff=32, num_heads=2, max_length=32,
+                               positional=kind)
+    model = SpanParserModel(config, 4, 3, span_hidden=8)
+    model.build()
+    assert type(model.source_positional) is positional_layer(kind)
+    assert (kind == "learned") == any("source_positional" in weight.path for weight in model.weights)
