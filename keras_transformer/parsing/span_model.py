@@ -19,7 +19,9 @@ projection of the encoder's outputs at its first and last piece. A span (i, j), 
 f, b of the word vectors: [f_j - f_i ; b_{i+1} - b_{j+1}] (with the sentinels at 0 and n + 1, so
 f_j is word j's, 1-based). Its label scores are Dense(L)(ReLU(LayerNorm(W [...] + c))). W times the
 difference is the difference of W times each fencepost, so the first layer runs per word, not per
-span: P_k = W_f f_k - W_b b_{k+1}, and the span's hidden vector is P_j - P_i + c.
+span: P_k = W_f f_k - W_b b_{k+1}, and the span's hidden vector is P_j - P_i + c. The rest runs on
+the spans of the sentences only (span_positions: n (n + 1) / 2 a sentence of n words), not on the
+(N + 1)^2 cells of a padded chart.
 """
 import keras
 import numpy as np
@@ -155,9 +157,9 @@ class SpanParserModel(TokenLossModel):
         come with the vocabulary, not with get_config); None for a model that only scores.
     Call arguments: (source_ids (B, S), target_input_ids (B, T)), as the training stream gives them
       (the target is not read: the loss reads the gold tree from the target output ids); training.
-    Returns (span_logits (B, N + 1, N + 1, L), tag_logits (B, N, num_tags), word_counts (B,));
-      span_logits[b, i, j] is meaningful for i < j <= word_counts[b] only. `span_scores` gives the
-      first two from word_pieces' outputs.
+    Returns (span_logits (K, L) float32, their span_positions (K, 3), tag_logits (B, N, num_tags),
+      word_counts (B,)): the logits of span [b, i, j] of every sentence. `span_scores` gives them
+      as a chart (and the tags) from word_pieces' outputs.
     `compile()` with no loss uses SpanParserLoss (below), divided by the words of the global batch.
     """
 
@@ -197,7 +199,7 @@ class SpanParserModel(TokenLossModel):
             return
         ids = tf.constant([[BOS_ID, 5, EOS_ID]], tf.int32)
         positions = tf.constant([[0, 1, 2]], tf.int32)
-        self.span_scores(ids, positions, positions, training=False)
+        self.span_scores(ids, positions, positions, tf.constant([1]), training=False)
         super().build(input_shape)
 
     def word_vectors(self, source_ids, word_starts, word_ends, training=None):
@@ -210,28 +212,38 @@ class SpanParserModel(TokenLossModel):
         last = tf.gather(memory, word_ends, batch_dims=1)
         return self.word_projection(tf.concat([first, last], axis=-1))
 
-    def span_hidden_vectors(self, words):
-        """(B, N + 2, D) word vectors -> (B, N + 1, N + 1, span_hidden) float32: [b, i, j] = P_j - P_i + c."""
+    def span_logits(self, words, positions):
+        """(B, N + 2, D) word vectors and span_positions (K, 3) -> the spans' label logits (K, L),
+        float32; the hidden vector of span [b, i, j] is P_j - P_i + c."""
         forward, backward = tf.split(words, 2, axis=-1)
         fenceposts = self.span_forward(forward[:, :-1]) - self.span_backward(backward[:, 1:])  # (B, N + 1, H)
         fenceposts = tf.cast(fenceposts, tf.float32)
-        return fenceposts[:, None, :, :] - fenceposts[:, :, None, :] + self.span_bias
+        hidden = tf.gather_nd(fenceposts, positions[:, ::2]) - tf.gather_nd(fenceposts, positions[:, :2])
+        return self.span_output(tf.nn.relu(self.span_norm(hidden + self.span_bias)))
 
-    def span_scores(self, source_ids, word_starts, word_ends, training=None):
-        """(source_ids (B, S) with BOS, word_starts, word_ends (B, N + 2)), as word_pieces gives them,
-        -> (span_logits (B, N + 1, N + 1, L), tag_logits (B, N, num_tags))."""
+    def tag_logits(self, words):
+        """(B, N + 2, D) word vectors -> (B, N, num_tags)."""
+        return self.tag_output(tf.nn.relu(self.tag_norm(self.tag_hidden(words[:, 1:-1]))))
+
+    def span_scores(self, source_ids, word_starts, word_ends, word_counts, training=None):
+        """word_pieces' outputs (source_ids (B, S) with BOS, word_starts, word_ends (B, N + 2),
+        word_counts (B,)) -> (span_logits (B, N + 1, N + 1, L) float32, 0 where no span is;
+        tag_logits (B, N, num_tags))."""
         words = self.word_vectors(tf.cast(source_ids, tf.int32), word_starts, word_ends, training=training)
-        spans = self.span_output(tf.nn.relu(self.span_norm(self.span_hidden_vectors(words))))
-        tags = self.tag_output(tf.nn.relu(self.tag_norm(self.tag_hidden(words[:, 1:-1]))))
-        return spans, tags
+        width = tf.shape(words)[1] - 1
+        positions = span_positions(word_counts, width)
+        chart_shape = tf.stack([tf.shape(words)[0], width, width, self.num_labels])
+        spans = tf.scatter_nd(positions, self.span_logits(words, positions), chart_shape)
+        return spans, self.tag_logits(words)
 
     def call(self, inputs, training=None):
         if self.targets is None:
             raise ValueError("this SpanParserModel has no SpanTargets: it scores word_pieces' outputs (span_scores) "
                              "but cannot read the training stream's batches")
         source_ids, word_starts, word_ends, word_counts = source_word_positions(inputs[0], self.targets.word_starts)
-        spans, tags = self.span_scores(source_ids, word_starts, word_ends, training=training)
-        return spans, tags, word_counts
+        words = self.word_vectors(source_ids, word_starts, word_ends, training=training)
+        positions = span_positions(word_counts, tf.shape(words)[1] - 1)
+        return self.span_logits(words, positions), positions, self.tag_logits(words), word_counts
 
     def compile(self, optimizer=None, loss=None, metrics=None, jit_compile="auto", **kwargs):
         """TokenLossModel.compile; jit_compile=True is refused: the loss reads the gold trees with
@@ -254,12 +266,21 @@ class SpanParserModel(TokenLossModel):
                 "num_tags": self.num_tags, "span_hidden": self.span_hidden}
 
 
+def span_positions(word_counts, width):
+    """(K, 3) int32: [b, i, j] for every span (i, j), 0 <= i < j <= word_counts[b], of every
+    sentence b, in row-major order; width: N + 1, the fenceposts of the longest sentence."""
+    fenceposts = tf.range(width)
+    spans = ((fenceposts[:, None] < fenceposts[None, :])[None]
+             & (fenceposts[None, None, :] <= tf.cast(word_counts, tf.int32)[:, None, None]))  # (B, N + 1, N + 1)
+    return tf.cast(tf.where(spans), tf.int32)
+
+
 def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags):
     """Cross-entropy of every span's label and every word's tag, summed, per word of the batch.
 
-    span_logits (B, N + 1, N + 1, L) and tag_logits (B, N, T) as SpanParserModel returns them;
-    gold_spans (B, N + 1, N + 1): the label id of span (i, j), 0 (no constituent) for the spans of
-    the sentence that are none, -1 where no span is (i >= j, j past the sentence): skipped;
+    span_logits (..., L): label logits of spans, those SpanParserModel returns (K, L) or a chart's
+    (B, N + 1, N + 1, L); gold_spans (...): the label id of each, 0 for no constituent, -1 for one to
+    skip (no span, or one of a sentence whose gold tree could not be read); tag_logits (B, N, T);
     gold_tags (B, N): tag ids, -1 past the sentence. Each span is classified on its own (a local
     model, as Teng and Zhang, 2018, train theirs), not through the tree (Kitaev and Klein's hinge loss).
     """
@@ -301,14 +322,14 @@ class SpanParserLoss(keras.losses.Loss):
         return tf.cast(self.targets.is_tag(y_true), dtype)
 
     def sum_and_count(self, y_true, y_pred):
-        span_logits, tag_logits, word_counts = y_pred
+        span_logits, positions, tag_logits, word_counts = y_pred
         tags, unaries, counts, lcas, lengths = self.targets.gold(y_true)
         width = tf.shape(tag_logits)[1]
         agree = tf.equal(lengths, word_counts)[:, None]  # (B, 1)
         tags = tf.where(agree, _fit_columns(tags, width, -1), -1)
         unaries, counts, lcas = (_fit_columns(values, width, 0) for values in (unaries, counts, lcas))
         spans = gold_span_labels(counts, lcas, unaries, tf.where(agree[:, 0], lengths, 0))
-        total, words = span_parser_loss_sum(span_logits, tag_logits, spans, tags)
+        total, words = span_parser_loss_sum(span_logits, tag_logits, tf.gather_nd(spans, positions), tags)
         return total, words, total
 
     def call(self, y_true, y_pred):

@@ -119,8 +119,8 @@ class SpanParser(Translator):
             message=f"a sentence is too long for this parser: its SentencePiece pieces with BOS and EOS are more "
                     f"than the model's max_length, {limit}")
         with tf.control_dependencies([check]):
-            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, training=False)
-        log_probs = tf.nn.log_softmax(tf.cast(span_logits, tf.float32))
+            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False)
+        log_probs = tf.nn.log_softmax(span_logits)
         tag_ids = tf.argmax(tag_logits, axis=-1, output_type=tf.int32)
         with tf.device(HOST):
             return trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,
@@ -130,9 +130,9 @@ class SpanParser(Translator):
         """(words, log-odds (n + 1, n + 1)) of one sentence: [i, j] is span (i, j)'s best label's
         log p less log p(no constituent), as best_spans scores it before the bias (i < j)."""
         words, sentences = Parser._words(tf.constant([sentence]))
-        source_ids, starts, ends, _ = word_pieces(self._sentencepiece().tokenize, sentences)
-        span_logits, _ = self.model.span_scores(source_ids, starts, ends, training=False)
-        log_probs = tf.nn.log_softmax(tf.cast(span_logits[0], tf.float32)).numpy()
+        span_logits, _ = self.model.span_scores(*word_pieces(self._sentencepiece().tokenize, sentences),
+                                                training=False)
+        log_probs = tf.nn.log_softmax(span_logits[0]).numpy()
         return ([word.decode("utf-8") for word in escape_words(words).to_list()[0]],
                 log_probs[:, :, 1:].max(axis=-1) - log_probs[:, :, 0])
 

@@ -74,8 +74,8 @@ def test_a_sentences_scores_do_not_depend_on_its_batch(toy):
     model = small_model(tokenizer, span_labels)
     short = " ".join(min(trees, key=lambda tree: len(tree.words())).words())
     long = " ".join(max(trees, key=lambda tree: len(tree.words())).words())
-    alone_spans, alone_tags = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant([short]))[:3])
-    spans, tags = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant([short, long]))[:3])
+    alone_spans, alone_tags = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant([short])))
+    spans, tags = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant([short, long])))
     n = len(short.split())
     assert spans.shape[1] == len(long.split()) + 1 and alone_spans.shape[1] == n + 1
     np.testing.assert_allclose(spans[0, :n + 1, :n + 1], alone_spans[0], atol=1e-5)
@@ -110,7 +110,7 @@ def test_a_tiny_model_learns_the_toy_trees(toy):
     @tf.function(reduce_retracing=True)
     def step(features, gold_spans, gold_tags):
         with tf.GradientTape() as tape:
-            spans, tags = model.span_scores(*features[:3], training=True)
+            spans, tags = model.span_scores(*features, training=True)
             loss = span_parser_loss(spans, tags, gold_spans, gold_tags)
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
@@ -119,7 +119,7 @@ def test_a_tiny_model_learns_the_toy_trees(toy):
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
     answers = []
     for features, batch in zip(inputs, batches):
-        spans, tags = model.span_scores(*features[:3])
+        spans, tags = model.span_scores(*features)
         log_probs = tf.nn.log_softmax(spans).numpy()
         answers += [parse_from_scores(tree.words(), log_probs[row], tags[row].numpy().argmax(-1), span_labels)
                     for row, tree in enumerate(batch)]
@@ -182,7 +182,9 @@ def test_the_loss_of_stream_batches_is_that_of_the_gold_arrays(depth_run):
     outputs = model((source_ids, target_ids))
     total, words, _ = SpanParserLoss(targets).sum_and_count(target_ids, outputs)
     assert float(words) == sum(len(tree.words()) for tree in trees[:8])
-    expected = span_parser_loss(outputs[0], outputs[1], *(tf.constant(a) for a in gold_arrays(trees[:8], span_labels)))
+    gold_spans, gold_tags = gold_arrays(trees[:8], span_labels)
+    expected = span_parser_loss(outputs[0], outputs[2], tf.gather_nd(gold_spans, outputs[1]), gold_tags)
+    assert len(outputs[1]) == sum(n * (n + 1) // 2 for n in map(len, (tree.words() for tree in trees[:8])))
     np.testing.assert_allclose(float(total) / float(words), float(expected), rtol=1e-5)
     np.testing.assert_array_equal(SpanParserLoss(targets).real_tokens(target_ids).numpy().sum(axis=1),
                                   [len(tree.words()) for tree in trees[:8]])
