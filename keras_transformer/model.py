@@ -28,6 +28,14 @@ def transposed_here():
     return avx2_without_avx512() and not tf.config.list_physical_devices("GPU")
 
 
+def stack_arguments(config):
+    """The Encoder's and Decoder's arguments (but num_layers) from a TransformerConfig."""
+    return dict(num_heads=config.num_heads, key_dim=config.key_dim, value_dim=config.value_dim, d_ff=config.d_ff,
+                dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
+                relu_dropout_rate=config.relu_dropout_rate, norm_first=config.norm_first,
+                layer_norm_epsilon=config.layer_norm_epsilon)
+
+
 def _split_rows(x, sizes):
     """x cut along axis 0 into len(sizes) pieces of these sizes (all Python ints, or not)."""
     if len(sizes) == 1:
@@ -39,14 +47,44 @@ def _split_rows(x, sizes):
 class TokenLossModel(keras.Model):
     """The training steps of the project's models: a loss summed over real target tokens and divided
     by those of the whole global batch (also under a distribution strategy), XLA per replica, and
-    loss-scaled steps skipped together. A subclass has `config` (a TransformerConfig), returns
+    loss-scaled steps skipped together; and the encoder side of section 3 (`_add_encoder_side`,
+    `encode`), which the Transformer and the span parser share. A subclass has `config` (a TransformerConfig), returns
     its outputs from call((source_ids, target_input_ids)), and gives its default loss (an object
     with `real_tokens(y)` and `sum_and_count(y, outputs)`, as losses.LabelSmoothedCrossEntropy) and
     metrics (a list, or None for none).
     """
 
+    def _add_encoder_side(self, source_embedding):
+        """The encoder side of section 3, from self.config: source_embedding (given: the Transformer
+        may share it), its positional encoding and dropout, and the encoder stack (what `encode` runs)."""
+        c = self.config
+        self.source_embedding = source_embedding
+        self.source_positional = positional_layer(c.positional)(c.max_length, name="source_positional")
+        self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
+        self.encoder = Encoder(num_layers=c.num_layers, **stack_arguments(c), name="encoder")
+
+    def encode(self, source_ids, training=False):
+        """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S)."""
+        source_ids = tf.cast(source_ids, tf.int32)
+        source_padding_mask = masking.padding_mask(source_ids)
+        x = self.source_positional(self.source_embedding(source_ids))
+        x = self.source_dropout(x, training=training)
+        memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
+                              training=training)
+        return memory, source_padding_mask
+
     def default_loss(self):
         raise NotImplementedError
+
+    def get_config(self):
+        """The model's own arguments; no dtype policy (Keras' get_config has one): a model made
+        from_config under another policy (precision.model_in_precision) takes that one."""
+        return {"name": self.name, "trainable": self.trainable, "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
 
     def default_metrics(self):
         return None
@@ -207,24 +245,17 @@ class Transformer(TokenLossModel):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
         c = self.config
-        layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim,
-                          value_dim=c.value_dim, d_ff=c.d_ff, dropout_rate=c.dropout_rate,
-                          attention_dropout_rate=c.attention_dropout_rate, relu_dropout_rate=c.relu_dropout_rate,
-                          norm_first=c.norm_first, layer_norm_epsilon=c.layer_norm_epsilon)
         if c.tie_embeddings:
             shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
-            self.source_embedding = self.target_embedding = self.output_embedding = shared
+            self._add_encoder_side(shared)
+            self.target_embedding = self.output_embedding = shared
         else:
-            self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
+            self._add_encoder_side(TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding"))
             self.target_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="target_embedding")
             self.output_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="output_projection")
-        positional = positional_layer(c.positional)
-        self.source_positional = positional(c.max_length, name="source_positional")
-        self.target_positional = positional(c.max_length, name="target_positional")
-        self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
+        self.target_positional = positional_layer(c.positional)(c.max_length, name="target_positional")
         self.target_dropout = Dropout(c.dropout_rate, name="target_dropout")
-        self.encoder = Encoder(num_layers=c.num_layers, **layer_args, name="encoder")
-        self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer_args, name="decoder")
+        self.decoder = Decoder(num_layers=c.num_decoder_layers, **stack_arguments(c), name="decoder")
         if c.aligned_next:
             self.next_piece_projection = keras.layers.Dense(c.d_model, use_bias=False, name="next_piece_projection")
 
@@ -243,16 +274,6 @@ class Transformer(TokenLossModel):
         ids = tf.ones((1, 1), tf.int32)
         self.call((ids, ids), training=False)  # creates every other weight of every sub-layer
         super().build(input_shape)
-
-    def encode(self, source_ids, training=False):
-        """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S)."""
-        source_ids = tf.cast(source_ids, tf.int32)
-        source_padding_mask = masking.padding_mask(source_ids)
-        x = self.source_positional(self.source_embedding(source_ids))
-        x = self.source_dropout(x, training=training)
-        memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
-                              training=training)
-        return memory, source_padding_mask
 
     def decode(self, target_input_ids, memory, source_padding_mask, training=False,
                return_attention_scores=False, source_ids=None):
@@ -429,14 +450,6 @@ class Transformer(TokenLossModel):
 
     def default_metrics(self):
         return [MaskedTokenAccuracy(), Perplexity()]
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
 
 
 def _times(gradient, factor):

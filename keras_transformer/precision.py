@@ -22,7 +22,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.cpu import cpu_flags
-from keras_transformer.model import Transformer
 
 PRECISIONS = ("float32", "bfloat16", "float16")
 DEFAULT_PRECISION = "float32"
@@ -108,8 +107,9 @@ def set_dtype_policy(policy: str):
 
 def model_in_precision(model, precision):
     """model with its weights stored and its products computed in `precision` (see the module
-    docstring): model itself if it is in that precision already, else a new model of the same
-    config built under that dtype policy, with model's weights cast into it."""
+    docstring): model itself if it is in that precision already, else a new model of its class
+    and config (a Transformer or a span parser's model) built under that dtype policy, with model's
+    weights cast into it."""
     check_precision(precision)
     if model.dtype_policy.name == precision:
         return model
@@ -119,7 +119,7 @@ def model_in_precision(model, precision):
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(precision)
     try:
-        copy = Transformer(model.config)
+        copy = type(model).from_config(model.get_config())
         copy.build()
     finally:
         keras.config.set_dtype_policy(previous)

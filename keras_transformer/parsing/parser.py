@@ -378,6 +378,38 @@ def labels_to_trees(sequences, words):
     return tf.where(lengths > 0, trees, "")
 
 
+class TagDictionaryTables:
+    """A parsing.tag_dictionary.TagDictionary as a graph reads it, for scores over `columns` (tag
+    names, None for a column that is no tag): `word_rows(words)` gives each word's row of
+    `row_masks` (R, C) bool, True where the word may take the column (and on every column that is
+    no tag). Row i < R - 2 is the i-th listed word's, the last two rows those of any other word of
+    each of SHAPES. A row that allows none of the columns' tags allows them all."""
+
+    def __init__(self, dictionary, columns):
+        is_tag = np.array([name is not None for name in columns])
+        names = np.array([name or "" for name in columns])
+        words = sorted(dictionary.words)
+        rows = [dictionary.words[word] for word in words] + [dictionary.other.get(shape, ()) for shape in SHAPES]
+        masks = np.ones([len(rows), len(columns)], bool)
+        for row, tags in enumerate(rows):
+            allowed = is_tag & np.isin(names, list(tags))
+            if allowed.any():
+                masks[row, is_tag] = allowed[is_tag]
+        with tf.device(HOST):
+            self.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.constant(words, tf.string), tf.range(len(words), dtype=tf.int32)), default_value=-1)
+        self.row_masks = tf.constant(masks)
+
+    def word_rows(self, words):
+        """(B, N) int32: the row of each word of words (B, None) strings (unescaped), 0 past a sentence."""
+        with tf.device(HOST):
+            escaped = escape_words(words.flat_values)
+            listed = self.table.lookup(escaped)
+            other = tf.shape(self.row_masks)[0] - 2 + tf.cast(~tf.strings.regex_full_match(escaped, ALPHANUMERIC),
+                                                              tf.int32)  # the rows of SHAPES
+            return words.with_flat_values(tf.where(listed >= 0, listed, other)).to_tensor(default_value=0)
+
+
 class Parser(Translator):
     """Sentences in, trees out (module docstring). Arguments as Translator's; max_source_length
     defaults to the model's max_length - extra_length (the parsing presets: 1024 - 300).
@@ -406,38 +438,20 @@ class Parser(Translator):
         self.piece_classes = classes[self.output_ids]  # the class of each output index
         self.tag_dictionary = tag_dictionary
         if tag_dictionary is not None:
-            self._word_rows_table, self._row_masks = self._tag_dictionary_tables(tag_dictionary)
+            self._tag_tables = self._tag_dictionary_tables(tag_dictionary)
 
     def _tag_dictionary_tables(self, dictionary):
-        """(a table word -> row, row masks (R, V' + 1) bool) of a TagDictionary: row i < R - 2 is
-        the i-th listed word's, the last two rows those of any other word of each of SHAPES. A row
-        that allows none of this vocabulary's tags allows them all."""
+        """TagDictionaryTables over the output indices (and the COPY column, which is no tag)."""
         proto = sentencepiece_model_pb2.ModelProto.FromString(self.sentencepiece_proto)
         names = [proto.pieces[i].piece[len(_WORD_MARK):] for i in self.output_ids]
         if self.by_word:  # "NP>PRP": the tag is PRP
             names = [name.rpartition(UNARY_MARK)[2] for name in names]
-        is_tag = np.append(self.piece_classes == TAG, False)  # the COPY column is no tag
-        words = sorted(dictionary.words)
-        rows = [dictionary.words[word] for word in words] + [dictionary.other.get(shape, ()) for shape in SHAPES]
-        masks = np.ones([len(rows), len(is_tag)], bool)
-        for row, tags in enumerate(rows):
-            allowed = is_tag & np.isin(np.append(names, ""), list(tags))
-            if allowed.any():
-                masks[row, is_tag] = allowed[is_tag]
-        with tf.device(HOST):
-            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                tf.constant(words, tf.string), tf.range(len(words), dtype=tf.int32)), default_value=-1)
-        return table, tf.constant(masks)
+        return TagDictionaryTables(dictionary, [name if kind == TAG else None
+                                                for name, kind in zip(names, self.piece_classes)] + [None])
 
     def _word_rows(self, words):
         """(B, W') int32 (W' >= 1): the tag dictionary's row of each word of words (B, None)."""
-        with tf.device(HOST):
-            escaped = escape_words(words.flat_values)
-            listed = self._word_rows_table.lookup(escaped)
-            other = tf.shape(self._row_masks)[0] - 2 + tf.cast(~tf.strings.regex_full_match(escaped, ALPHANUMERIC),
-                                                               tf.int32)  # the rows of SHAPES
-            rows = words.with_flat_values(tf.where(listed >= 0, listed, other)).to_tensor(default_value=0)
-            return tf.pad(rows, [[0, 0], [0, 1]])  # a column for sentences without words
+        return tf.pad(self._tag_tables.word_rows(words), [[0, 0], [0, 1]])  # a column for sentences without words
 
     def settings(self):
         values = super().settings()
@@ -445,9 +459,7 @@ class Parser(Translator):
         linearization = ("depth_word_first" if self.word_first else "depth") if self.by_word else "brackets"
         values.update(task="parsing", linearization=linearization,
                       max_words_and_pieces=self.max_words_and_pieces,
-                      tag_dictionary=None if dictionary is None else {
-                          "min_count": dictionary.min_count, "words": len(dictionary.words),
-                          "tags_of_other_words": {shape: list(tags) for shape, tags in dictionary.other.items()}},
+                      tag_dictionary=None if dictionary is None else dictionary.summary(),
                       signatures=list(self.signatures()),
                       max_output_length=f"max(source tokens with EOS + {self.decode_config.extra_length}, "
                                         f"{'2 x words + pieces' if self.by_word else 'words + pieces + 3'}), "
@@ -491,7 +503,7 @@ class Parser(Translator):
         pieces, counts = self._pieces(source_ids)
         pieces = tf.repeat(pieces, beam_size, axis=0)  # (B*W, S)
         dictionary = {} if word_rows is None else dict(word_rows=tf.repeat(word_rows, beam_size, axis=0),
-                                                       row_masks=self._row_masks)
+                                                       row_masks=self._tag_tables.row_masks)
         constraint_class = (WordFirstDepthConstraint if self.word_first else DepthConstraint) if self.by_word \
             else TreeConstraint
         constraint = constraint_class(self.piece_classes, tf.repeat(word_counts, beam_size),

@@ -28,13 +28,10 @@ import numpy as np
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from keras_transformer import masking
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
-from keras_transformer.layers.encoder import Encoder, LayerNormalization
-from keras_transformer.layers.positional import positional_layer
+from keras_transformer.layers.encoder import LayerNormalization
 from keras_transformer.model import TokenLossModel
 from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK
 from keras_transformer.parsing.parser import _WORD_MARK, DEPTH, TAG, piece_classes, word_start_pieces
@@ -173,14 +170,7 @@ class SpanParserModel(TokenLossModel):
             raise ValueError(f"a span parser splits word vectors in halves: d_model must be even, not {c.d_model}")
         if c.rdrop_alpha:
             raise ValueError("rdrop_alpha is for the seq2seq models; a span parser does not train with R-Drop")
-        self.source_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding")
-        self.source_positional = positional_layer(c.positional)(c.max_length, name="source_positional")
-        self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
-        self.encoder = Encoder(num_layers=c.num_layers, num_heads=c.num_heads, key_dim=c.key_dim,
-                               value_dim=c.value_dim, d_ff=c.d_ff, dropout_rate=c.dropout_rate,
-                               attention_dropout_rate=c.attention_dropout_rate,
-                               relu_dropout_rate=c.relu_dropout_rate, norm_first=c.norm_first,
-                               layer_norm_epsilon=c.layer_norm_epsilon, name="encoder")
+        self._add_encoder_side(TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding"))
         self.word_projection = keras.layers.Dense(c.d_model, name="word_projection")
         self.span_forward = keras.layers.Dense(span_hidden, use_bias=False, name="span_forward")
         self.span_backward = keras.layers.Dense(span_hidden, use_bias=False, name="span_backward")
@@ -192,7 +182,7 @@ class SpanParserModel(TokenLossModel):
         self.tag_hidden = keras.layers.Dense(span_hidden, name="tag_hidden")
         self.tag_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="tag_norm")
         self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
-        self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros")
+        self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros", dtype="float32")
 
     def build(self, input_shape=None):
         if self.built:
@@ -204,10 +194,7 @@ class SpanParserModel(TokenLossModel):
 
     def word_vectors(self, source_ids, word_starts, word_ends, training=None):
         """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D)."""
-        source_padding_mask = masking.padding_mask(source_ids)
-        x = self.source_dropout(self.source_positional(self.source_embedding(source_ids)), training=training)
-        memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
-                              training=training)
+        memory, _ = self.encode(source_ids, training=training)
         first = tf.gather(memory, word_starts, batch_dims=1)
         last = tf.gather(memory, word_ends, batch_dims=1)
         return self.word_projection(tf.concat([first, last], axis=-1))
@@ -229,7 +216,7 @@ class SpanParserModel(TokenLossModel):
         """word_pieces' outputs (source_ids (B, S) with BOS, word_starts, word_ends (B, N + 2),
         word_counts (B,)) -> (span_logits (B, N + 1, N + 1, L) float32, 0 where no span is;
         tag_logits (B, N, num_tags))."""
-        words = self.word_vectors(tf.cast(source_ids, tf.int32), word_starts, word_ends, training=training)
+        words = self.word_vectors(source_ids, word_starts, word_ends, training=training)
         width = tf.shape(words)[1] - 1
         positions = span_positions(word_counts, width)
         chart_shape = tf.stack([tf.shape(words)[0], width, width, self.num_labels])
@@ -262,8 +249,8 @@ class SpanParserModel(TokenLossModel):
         """Nothing: the loss is not Keras' compiled loss (Keras would build it from a symbolic call)."""
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
-                "num_tags": self.num_tags, "span_hidden": self.span_hidden}
+        return {**super().get_config(), "num_labels": self.num_labels, "num_tags": self.num_tags,
+                "span_hidden": self.span_hidden}
 
 
 def span_positions(word_counts, width):

@@ -7,7 +7,8 @@ runs in TF Serving as the seq2seq Parser's does.
 
 Each word is tokenized alone (span_model.word_pieces), the model scores every span and tags every
 word, and CKY (span_charts) keeps the most probable tree, whose spans over two or more words are
-labelled and whose whole sentence is (for two words or more); each word gets its most probable tag.
+labelled and whose whole sentence is (for two words or more); each word gets its most probable tag
+(among those the run's tag dictionary allows it, as the seq2seq Parser's).
 So every answer is a tree over exactly the input words, found in one pass of the encoder: no beam
 search, and no beam size or alpha (DecodeConfig's are not read).
 
@@ -25,7 +26,7 @@ import tensorflow as tf
 
 from keras_transformer.export import HOST, Translator
 from keras_transformer.files import write_text_atomically
-from keras_transformer.parsing.parser import Parser, escape_words
+from keras_transformer.parsing.parser import Parser, TagDictionaryTables, escape_words
 from keras_transformer.parsing.span_charts import trees_from_span_scores
 from keras_transformer.parsing.span_model import word_pieces
 from keras_transformer.parsing.spans import tree_spans
@@ -81,20 +82,23 @@ def read_constituent_bias(workdir) -> float:
 class SpanParser(Translator):
     """Sentences in, trees out (module docstring). model: a SpanParserModel; span_labels: the run's
     spans.SpanLabels (its span_labels.json); constituent_bias: spans.best_spans'. decode_config,
-    max_source_length and max_beam_size are accepted as the Translator's and not used. The graph
-    computes in the model's own precision (precision None or that one)."""
+    max_source_length and max_beam_size are accepted as the Translator's and not used. precision as
+    the Translator's: in bfloat16 or float16 the encoder computes in it, the span classifier (every
+    span's vectors) in float32 as in training. tag_dictionary: a parsing.tag_dictionary.TagDictionary
+    whose allowed tags each word's tag is chosen among (as the seq2seq Parser's), or None: any tag."""
 
     def __init__(self, model, sentencepiece_proto, decode_config=None, max_source_length=None,
-                 max_beam_size=1, precision=None, span_labels=None, constituent_bias=0.0, name="span_parser"):
-        if precision is not None and precision != model.dtype_policy.name:
-            raise ValueError(f"a span parser is exported in its model's precision ({model.dtype_policy.name}), "
-                             f"not {precision}")
+                 max_beam_size=1, precision=None, span_labels=None, constituent_bias=0.0, tag_dictionary=None,
+                 name="span_parser"):
         super().__init__(model, sentencepiece_proto, decode_config, max_source_length=model.config.max_length,
-                         max_beam_size=1, name=name)
+                         max_beam_size=1, precision=precision, name=name)
         if span_labels is None:
             raise ValueError("a SpanParser needs the run's span labels (spans.SpanLabels.read(workdir))")
         self.span_labels = span_labels
         self.constituent_bias = float(constituent_bias)
+        self.tag_dictionary = tag_dictionary
+        if tag_dictionary is not None:
+            self._tag_tables = TagDictionaryTables(tag_dictionary, list(span_labels.tags))
 
     def settings(self):
         values = super().settings()
@@ -102,7 +106,8 @@ class SpanParser(Translator):
             del values[key]
         values.update(task="parsing", parser="span", constituent_bias=self.constituent_bias,
                       max_pieces=self.model.config.max_length - 2, signatures=list(self.signatures()),
-                      labels=len(self.span_labels.labels), tags=len(self.span_labels.tags))
+                      labels=len(self.span_labels.labels), tags=len(self.span_labels.tags),
+                      tag_dictionary=None if self.tag_dictionary is None else self.tag_dictionary.summary())
         return values
 
     def decoding(self) -> str:
@@ -121,6 +126,9 @@ class SpanParser(Translator):
         with tf.control_dependencies([check]):
             span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False)
         log_probs = tf.nn.log_softmax(span_logits)
+        if self.tag_dictionary is not None:
+            allowed = tf.gather(self._tag_tables.row_masks, self._tag_tables.word_rows(words))  # (B, N, tags)
+            tag_logits = tf.where(allowed, tf.cast(tag_logits, tf.float32), float("-inf"))
         tag_ids = tf.argmax(tag_logits, axis=-1, output_type=tf.int32)
         with tf.device(HOST):
             return trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,

@@ -49,6 +49,11 @@ class TagDictionary:
         """The tags `word` may get (empty: any tag)."""
         return self.words[word] if word in self.words else self.other.get(word_shape(word), ())
 
+    def summary(self) -> dict:
+        """What a parser's settings say of it."""
+        return {"min_count": self.min_count, "words": len(self.words),
+                "tags_of_other_words": {shape: list(tags) for shape, tags in self.other.items()}}
+
     def tags(self) -> set[str]:
         return set().union(*self.other.values(), *self.words.values())
 

@@ -129,12 +129,13 @@ def run_options(workdir) -> dict:
 
 
 def parser_options(workdir):
-    """The Parser's tag dictionary, where the run has one (delete the file to parse without), and the
-    order of word and tag of the run's linearization; a span parser's span labels and constituent
+    """The parser's tag dictionary, where the run has one (delete the file to parse without); the
+    order of word and tag of the run's linearization, or a span parser's span labels and constituent
     bias (0 unless one was chosen: benchmarks/gum_parsing.py)."""
     options = run_options(workdir)
     if options["parser"] == "span":
-        return {"span_labels": _span_labels(workdir), "constituent_bias": read_constituent_bias(workdir)}
+        return {"span_labels": _span_labels(workdir), "constituent_bias": read_constituent_bias(workdir),
+                "tag_dictionary": read_tag_dictionary(workdir)}
     return {"tag_dictionary": read_tag_dictionary(workdir),
             "word_first": options["linearization"] == "depth_word_first"}
 

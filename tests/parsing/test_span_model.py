@@ -18,10 +18,12 @@ from keras_transformer.layers.positional import positional_layer
 from keras_transformer.optimizers import Adam
 from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
                                                   source_word_positions, span_parser_loss, word_pieces)
-from keras_transformer.precision import set_dtype_policy
+from keras_transformer.precision import model_in_precision, set_dtype_policy
 from keras_transformer.parsing.span_parser import SpanParser, read_constituent_bias, write_constituent_bias
 from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
+from keras_transformer.parsing.tag_dictionary import TagDictionary
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from keras_transformer.parsing.trees import parse_tree
 from keras_transformer.training.data_stream import DataPosition
 from tests.training.test_distribution import _element, _ragged_elements, _union
 from tests.training.test_precision import _adam_slots, _assert_same_step
@@ -294,3 +296,50 @@ def test_the_span_parser_reads_the_configs_positional_encoding(kind):
     model.build()
     assert type(model.source_positional) is positional_layer(kind)
     assert (kind == "learned") == any("source_positional" in weight.path for weight in model.weights)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_the_span_parser_in_a_reduced_precision(depth_run, precision):
+    """model_in_precision copies a span parser's model (its class, not a Transformer's): the encoder in
+    the reduced precision, the span classifier in float32; the SpanParser exported so parses the
+    sentences as the float32 one does, and its span scores are close to the float32 ones."""
+    trees, _, tokenizer, span_labels, _ = depth_run
+    keras.utils.set_random_seed(3)
+    model = small_model(tokenizer, span_labels)
+    reduced = model_in_precision(model, precision)
+    assert type(reduced) is SpanParserModel and reduced.encoder.compute_dtype == precision
+    assert reduced.span_output.compute_dtype == "float32" and reduced.span_bias.dtype == "float32"
+    sentences = tf.constant([" ".join(tree.words()) for tree in trees[:6]] + [""])
+    features = word_pieces(tokenizer.tokenize, sentences)
+    spans, _ = model.span_scores(*features)
+    reduced_spans, _ = reduced.span_scores(*features)
+    assert reduced_spans.dtype == tf.float32
+    np.testing.assert_allclose(reduced_spans.numpy(), spans.numpy(), atol=0.1)
+    parsers = [SpanParser(model, tokenizer.model_proto, span_labels=span_labels, precision=name)
+               for name in ("float32", precision)]
+    assert parsers[1].settings()["precision"] == precision
+    answers = [parser.parse(sentences)["trees"].numpy().tolist() for parser in parsers]
+    assert answers[1][-1] == b"" and sum(a == b for a, b in zip(*answers)) >= 5
+
+
+def test_a_span_parser_with_a_tag_dictionary_tags_every_word_as_it_allows(depth_run):
+    """As the seq2seq Parser's: untrained, the tags are the random model's; with a dictionary each
+    word gets one of the tags it allows (listed words theirs, other words those of their shape)."""
+    trees, _, tokenizer, span_labels, _ = depth_run
+    keras.utils.set_random_seed(5)
+    model = small_model(tokenizer, span_labels)
+    tags = list(span_labels.tags)
+    words = sorted({word for tree in trees[:10] for word in tree.words()})
+    dictionary = TagDictionary(words={word: (tags[index % len(tags)],) for index, word in enumerate(words[::2])},
+                               other={"alphanumeric": (tags[1], tags[2]), "symbols": (tags[3],)})
+    parser = SpanParser(model, tokenizer.model_proto, span_labels=span_labels, tag_dictionary=dictionary)
+    assert parser.settings()["tag_dictionary"]["words"] == len(words[::2])
+    sentences = [" ".join(tree.words()) for tree in trees[:10]] + ["Zorp , ½"]
+    answers = [parse_tree(tree.decode()) for tree in parser.parse(tf.constant(sentences))["trees"].numpy()]
+    for sentence, tree in zip(sentences, answers, strict=True):
+        assert tree.words() == sentence.split()
+        for word, tag in zip(tree.words(), tree.tags()):
+            assert tag in dictionary.allowed(word), (word, tag, tree.to_string())
+    plain = SpanParser(model, tokenizer.model_proto, span_labels=span_labels)
+    unconstrained = [parse_tree(tree.decode()).tags() for tree in plain.parse(tf.constant(sentences))["trees"].numpy()]
+    assert unconstrained != [tree.tags() for tree in answers]  # the random model alone tags otherwise
