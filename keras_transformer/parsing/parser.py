@@ -378,14 +378,16 @@ def labels_to_trees(sequences, words):
     return tf.where(lengths > 0, trees, "")
 
 
-class TagDictionaryTables:
+class TagDictionaryTables(tf.Module):
     """A parsing.tag_dictionary.TagDictionary as a graph reads it, for scores over `columns` (tag
     names, None for a column that is no tag): `word_rows(words)` gives each word's row of
     `row_masks` (R, C) bool, True where the word may take the column (and on every column that is
     no tag). Row i < R - 2 is the i-th listed word's, the last two rows those of any other word of
-    each of SHAPES. A row that allows none of the columns' tags allows them all."""
+    each of SHAPES. A row that allows none of the columns' tags allows them all. A tf.Module, so that
+    a SavedModel holding it as an attribute holds its lookup table."""
 
     def __init__(self, dictionary, columns):
+        super().__init__(name="tag_dictionary")
         is_tag = np.array([name is not None for name in columns])
         names = np.array([name or "" for name in columns])
         words = sorted(dictionary.words)
