@@ -233,8 +233,9 @@ def main():
     evaluations = scalar_events(workdir / "tensorboard" / "validation", "f1")
     during = [((wall - start) / 60.0, f1) for wall, _, f1 in evaluations]
     png = workdir / "dev_f1.png"
-    plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {'span parser' if args.parser == 'span' else linearization}, {args.minutes:g}-minute "
-                                    f"budget, {result.step} steps", len(choice))
+    what = "span parser" if args.parser == "span" else linearization
+    plot_dev_f1(png, during, tried, f"GUM dev F1, {args.preset}, {what}, {args.minutes:g}-minute budget, "
+                                    f"{result.step} steps", len(choice))
     (workdir / "gum_parsing.json").write_text(json.dumps({"checkpoint": name, "dev": dev_scores.__dict__,
                                                           "test": test_scores.__dict__}, indent=2) + "\n")
     emit(task="gum_parsing", preset=args.preset, linearization=linearization, dev_f1=round(dev_scores.f1, 2),

@@ -48,10 +48,10 @@ class TokenLossModel(keras.Model):
     """The training steps of the project's models: a loss summed over real target tokens and divided
     by those of the whole global batch (also under a distribution strategy), XLA per replica, and
     loss-scaled steps skipped together; and the encoder side of section 3 (`_add_encoder_side`,
-    `encode`), which the Transformer and the span parser share. A subclass has `config` (a TransformerConfig), returns
-    its outputs from call((source_ids, target_input_ids)), and gives its default loss (an object
-    with `real_tokens(y)` and `sum_and_count(y, outputs)`, as losses.LabelSmoothedCrossEntropy) and
-    metrics (a list, or None for none).
+    `encode`), which the Transformer and the span parser share. A subclass has `config` (a
+    TransformerConfig), returns its outputs from call((source_ids, target_input_ids)), and gives its
+    default loss (an object with `real_tokens(y)` and `sum_and_count(y, outputs)`, as
+    losses.LabelSmoothedCrossEntropy) and metrics (a list, or None for none).
     """
 
     def _add_encoder_side(self, source_embedding):
