@@ -102,6 +102,11 @@ class TransformerConfig(JsonConfig):
         the cross-entropy as there; it is also the training loss Keras reports. A step costs about
         twice the compute of one without it (2.4 times the time of a `small_data` step on 2 CPU
         cores, README). Needs dropout (some rate above 0): without it the two passes are the same.
+      span_tag_loss_weight: the span parser's (parsing.span_model) weight of its part-of-speech
+        tags' cross-entropy against its spans' in the loss; 1 (the default) adds them as they are.
+        A sentence of n words has n tag terms and n (n + 1) / 2 span terms, so the tags get a small
+        share of the encoder's gradient; Kitaev et al. (ACL 2019, benepar) weigh their tag loss by
+        5. Only a span parser takes another value.
     """
 
     vocab_size: int = 37000
@@ -124,6 +129,7 @@ class TransformerConfig(JsonConfig):
     aligned_decoder: bool = False
     aligned_next: bool = False
     rdrop_alpha: float = 0.0
+    span_tag_loss_weight: float = 1.0
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -152,6 +158,10 @@ class TransformerConfig(JsonConfig):
                  f"TransformerConfig.rdrop_alpha={self.rdrop_alpha} compares two dropout passes of each "
                  "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
                  "(or rdrop_alpha=0)")
+        _require(isinstance(self.span_tag_loss_weight, numbers.Real) and not isinstance(self.span_tag_loss_weight, bool)
+                 and math.isfinite(self.span_tag_loss_weight)
+                 and self.span_tag_loss_weight > 0,
+                 f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {self.span_tag_loss_weight!r}")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

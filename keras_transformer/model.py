@@ -245,6 +245,9 @@ class Transformer(TokenLossModel):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
         c = self.config
+        if c.span_tag_loss_weight != 1:
+            raise ValueError(f"span_tag_loss_weight={c.span_tag_loss_weight} weighs a span parser's tag loss; the "
+                             "Transformer has none: leave it at 1")
         if c.tie_embeddings:
             shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
             self._add_encoder_side(shared)

@@ -243,7 +243,7 @@ class SpanParserModel(TokenLossModel):
     def default_loss(self):
         if self.targets is None:
             raise ValueError("a SpanParserModel without SpanTargets has no loss to train with")
-        return SpanParserLoss(self.targets)
+        return SpanParserLoss(self.targets, tag_weight=self.config.span_tag_loss_weight)
 
     def build_compiled(self):
         """Nothing: the loss is not Keras' compiled loss (Keras would build it from a symbolic call)."""
@@ -262,8 +262,9 @@ def span_positions(word_counts, width):
     return tf.cast(tf.where(spans), tf.int32)
 
 
-def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags):
-    """Cross-entropy of every span's label and every word's tag, summed, per word of the batch.
+def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags, tag_weight=1.0):
+    """Cross-entropy of every span's label and every word's tag (times tag_weight), summed, per word
+    of the batch.
 
     span_logits (..., L): label logits of spans, those SpanParserModel returns (K, L) or a chart's
     (B, N + 1, N + 1, L); gold_spans (...): the label id of each, 0 for no constituent, -1 for one to
@@ -271,11 +272,11 @@ def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags):
     gold_tags (B, N): tag ids, -1 past the sentence. Each span is classified on its own (a local
     model, as Teng and Zhang, 2018, train theirs), not through the tree (Kitaev and Klein's hinge loss).
     """
-    total, words = span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags)
+    total, words = span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags, tag_weight)
     return total / tf.maximum(words, 1.0)
 
 
-def span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags):
+def span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags, tag_weight=1.0):
     """(the summed cross-entropy of span_parser_loss, the words it is over) as float32 scalars."""
     span_mask = gold_spans >= 0
     tag_mask = gold_tags >= 0
@@ -283,7 +284,8 @@ def span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags):
         tf.boolean_mask(gold_spans, span_mask), tf.cast(tf.boolean_mask(span_logits, span_mask), tf.float32))
     tag_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
         tf.boolean_mask(gold_tags, tag_mask), tf.cast(tf.boolean_mask(tag_logits, tag_mask), tf.float32))
-    return tf.reduce_sum(span_losses) + tf.reduce_sum(tag_losses), tf.reduce_sum(tf.cast(tag_mask, tf.float32))
+    return (tf.reduce_sum(span_losses) + tag_weight * tf.reduce_sum(tag_losses),
+            tf.reduce_sum(tf.cast(tag_mask, tf.float32)))
 
 
 def _fit_columns(values, width, default):
@@ -298,11 +300,12 @@ class SpanParserLoss(keras.losses.Loss):
     (the depth linearization) spell, read with the run's SpanTargets; what the model's training step
     divides by the words of the global batch (`sum_and_count`, as LabelSmoothedCrossEntropy's for
     tokens). A sentence whose target has another number of words than its source's word starts
-    (which only a SentencePiece model that drops a whole word could cause) is left out of the loss."""
+    (which only a SentencePiece model that drops a whole word could cause) is left out of the loss.
+    tag_weight: the tags' weight (TransformerConfig.span_tag_loss_weight)."""
 
-    def __init__(self, targets: SpanTargets, name="span_parser_loss", **kwargs):
+    def __init__(self, targets: SpanTargets, tag_weight=1.0, name="span_parser_loss", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.targets = targets
+        self.targets, self.tag_weight = targets, float(tag_weight)
 
     def real_tokens(self, y_true, dtype=tf.float32):
         """(B, T) 1 at the tag tokens of y_true: the loss is per word."""
@@ -316,7 +319,8 @@ class SpanParserLoss(keras.losses.Loss):
         tags = tf.where(agree, _fit_columns(tags, width, -1), -1)
         unaries, counts, lcas = (_fit_columns(values, width, 0) for values in (unaries, counts, lcas))
         spans = gold_span_labels(counts, lcas, unaries, tf.where(agree[:, 0], lengths, 0))
-        total, words = span_parser_loss_sum(span_logits, tag_logits, tf.gather_nd(spans, positions), tags)
+        total, words = span_parser_loss_sum(span_logits, tag_logits, tf.gather_nd(spans, positions), tags,
+                                            self.tag_weight)
         return total, words, total
 
     def call(self, y_true, y_pred):

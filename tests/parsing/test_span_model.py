@@ -2,6 +2,8 @@
 the same from the training stream's ids), the gold trees read from target ids (also where a word is
 spelled as a tag token), the loss on them, a sentence's scores do not depend on the sentences padded
 beside it, and a tiny model learns the toy treebank's trees, which spans.best_spans then rebuilds."""
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.model import Transformer
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, SubwordTokenizer, TokenizerSettings, train_sentencepiece
 from keras_transformer.parsing import read_treebank
 from keras_transformer.parsing.evalb import evalb
@@ -190,6 +193,36 @@ def test_the_loss_of_stream_batches_is_that_of_the_gold_arrays(depth_run):
     np.testing.assert_allclose(float(total) / float(words), float(expected), rtol=1e-5)
     np.testing.assert_array_equal(SpanParserLoss(targets).real_tokens(target_ids).numpy().sum(axis=1),
                                   [len(tree.words()) for tree in trees[:8]])
+
+
+def test_the_tag_loss_weight_scales_the_tags_cross_entropy_only(depth_run):
+    """TransformerConfig.span_tag_loss_weight: the model's loss weighs the tags' summed cross-entropy
+    (computed here with numpy) by it and leaves the spans' and the word count as they are; the
+    Transformer refuses a weight it has no tags for."""
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    model = small_model(tokenizer, span_labels)
+    model.targets = targets
+    source_ids, target_ids = stream_batch(tokenizer, pairs[:8])
+    outputs = model((source_ids, target_ids))
+    _, gold_tags = gold_arrays(trees[:8], span_labels)
+    logits = outputs[2].numpy().astype(np.float64)
+    log_probabilities = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    rows, columns = np.nonzero(gold_tags >= 0)
+    tag_sum = -log_probabilities[rows, columns, gold_tags[rows, columns]].sum()
+    plain, words, _ = SpanParserLoss(targets).sum_and_count(target_ids, outputs)
+    weighted_model = SpanParserModel(dataclasses.replace(model.config, span_tag_loss_weight=5.0),
+                                     len(span_labels.labels), len(span_labels.tags), span_hidden=32, targets=targets)
+    loss = weighted_model.default_loss()
+    assert loss.tag_weight == 5.0
+    weighted, weighted_words, _ = loss.sum_and_count(target_ids, outputs)
+    assert float(weighted_words) == float(words)
+    np.testing.assert_allclose(float(weighted) - float(plain), 4 * tag_sum, rtol=1e-4)
+    assert tag_sum > 1.0
+    with pytest.raises(ValueError, match="span_tag_loss_weight=5.0 weighs a span parser's tag loss"):
+        Transformer(dataclasses.replace(model.config, span_tag_loss_weight=5.0))
+    for bad in (0.0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="span_tag_loss_weight must be a finite number > 0"):
+            dataclasses.replace(model.config, span_tag_loss_weight=bad)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
