@@ -158,10 +158,9 @@ class TransformerConfig(JsonConfig):
                  f"TransformerConfig.rdrop_alpha={self.rdrop_alpha} compares two dropout passes of each "
                  "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
                  "(or rdrop_alpha=0)")
-        _require(isinstance(self.span_tag_loss_weight, numbers.Real) and not isinstance(self.span_tag_loss_weight, bool)
-                 and math.isfinite(self.span_tag_loss_weight)
-                 and self.span_tag_loss_weight > 0,
-                 f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {self.span_tag_loss_weight!r}")
+        weight = self.span_tag_loss_weight
+        _require(isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
+                 and weight > 0, f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {weight!r}")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

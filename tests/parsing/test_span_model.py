@@ -11,13 +11,13 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.model import Transformer
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, SubwordTokenizer, TokenizerSettings, train_sentencepiece
 from keras_transformer.parsing import read_treebank
 from keras_transformer.parsing.evalb import evalb
 from keras_transformer.parsing.corpus import TreebankCorpus
 from keras_transformer.parsing.span_charts import gold_span_labels
 from keras_transformer.layers.positional import positional_layer
+from keras_transformer.model import Transformer
 from keras_transformer.optimizers import Adam
 from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
                                                   source_word_positions, span_parser_loss, word_pieces)
