@@ -39,6 +39,7 @@ are not numbers), then renames it to exported/<name>/<version>: a version appear
 all. Only ops of core TensorFlow and three tensorflow-text SentencePiece ops are used (tests check it).
 """
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -409,10 +410,12 @@ def export_translator(translator, export_dir, version=None, warmup_sentences=WAR
 
     Everything is written to a hidden temporary directory in export_dir and renamed into place, so
     a version directory is complete whenever it exists; on any failure nothing is left behind.
-    An existing version is never overwritten (TF Serving may be serving it): FileExistsError.
+    An existing version is never overwritten (TF Serving may be serving it): FileExistsError. Two
+    exports into one directory at once each get their own number when neither names a version.
     """
     export_dir = pathlib.Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
+    requested = version
     version = next_version(export_dir) if version is None else int(version)
     if version < 0:
         raise ValueError(f"version must be a non-negative integer, got {version}")
@@ -436,9 +439,30 @@ def export_translator(translator, export_dir, version=None, warmup_sentences=WAR
                 if record.predict_log.request.model_spec.signature_name in signatures:
                     writer.write(record.SerializeToString())
         os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
-        os.rename(temporary, final)  # atomic within one file system; fails if final appeared meanwhile
+        final = _rename_into_place(temporary, export_dir, version, chosen=requested is None)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     logger.info("exported %s", final)
     return final
+
+
+def _rename_into_place(temporary, export_dir, version, chosen):
+    """Renames temporary to export_dir/<version>; returns that path. When another export took the
+    version meanwhile (two exports into one directory at once), a version chosen here moves on to
+    the next free number; a version the caller asked for raises FileExistsError."""
+    while True:
+        final = export_dir / str(version)
+        try:
+            if final.exists():  # rename would replace an empty directory without a word
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(final))
+            os.rename(temporary, final)  # atomic within one file system
+            return final
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            if not chosen:
+                raise FileExistsError(f"{final} was written by another export meanwhile; "
+                                      f"export another version") from error
+            logger.warning("%s was written by another export meanwhile; trying the next version", final)
+            version = max(version + 1, next_version(export_dir))

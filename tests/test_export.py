@@ -335,6 +335,35 @@ def test_a_failed_export_leaves_nothing_behind(tmp_path, monkeypatch, stage, tra
     assert export.next_version(export_dir) == 4
 
 
+@pytest.mark.parametrize("requested", [None, 5])
+def test_two_exports_at_once_never_share_a_version(tmp_path, monkeypatch, requested, trained):
+    """Another export renames its version into place while this one is saving: a version chosen
+    here moves on to the next number, a version asked for is refused; the other one is untouched."""
+    model, tokenizer, decode_config = trained
+    translator = export.Translator(model, tokenizer.model_proto, decode_config)
+    monkeypatch.setattr(translator, "signatures", lambda: {})  # no tracing: save is simulated
+    export_dir = tmp_path / "exported" / "tiny"
+    (export_dir / "4").mkdir(parents=True)
+    taken = export_dir / ("5" if requested is None else str(requested))
+
+    def save_while_another_export_lands(obj, path, signatures=None):
+        (pathlib.Path(path) / "saved_model.pb").write_bytes(b"ours")
+        taken.mkdir()
+        (taken / "saved_model.pb").write_bytes(b"theirs")
+
+    monkeypatch.setattr(export.tf.saved_model, "save", save_while_another_export_lands)
+    monkeypatch.setattr(export, "_warmup_requests", lambda *args: iter(()))
+    if requested is None:
+        assert export.export_translator(translator, export_dir) == export_dir / "6"
+        assert (export_dir / "6" / "saved_model.pb").read_bytes() == b"ours"
+        assert sorted(p.name for p in export_dir.iterdir()) == ["4", "5", "6"]
+    else:
+        with pytest.raises(FileExistsError, match="written by another export meanwhile"):
+            export.export_translator(translator, export_dir, version=requested)
+        assert sorted(p.name for p in export_dir.iterdir()) == ["4", "5"]  # no temporary left
+    assert (taken / "saved_model.pb").read_bytes() == b"theirs"
+
+
 def test_warmup_requests_are_prediction_logs_the_model_answers(tiny_saved_model, loaded):
     from tensorflow_serving.apis import prediction_log_pb2
 
