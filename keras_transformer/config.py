@@ -50,6 +50,12 @@ class JsonConfig:
     def from_json(cls, text):
         return cls.from_dict(json.loads(text))
 
+    @classmethod
+    def with_legacy_fields(cls, values):
+        """A saved config's values, with each field added since it was written set to the value that
+        does what the code did then (a class's LEGACY_VALUES)."""
+        return {**getattr(cls, "LEGACY_VALUES", {}), **values}
+
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig(JsonConfig):

@@ -52,7 +52,7 @@ def main(argv=None):
         if args.dataset is None and data is None:
             raise FileNotFoundError(f"{data_path} not found: name the corpus with --dataset")
         corpus = get_corpus(args.dataset or data.dataset, reverse=bool(data and data.reverse),
-                            seed=data.seed if data else 0, tfds_data_dir=data.tfds_data_dir if data else None)
+                            seed=data.split_seed if data else 0, tfds_data_dir=data.tfds_data_dir if data else None)
         overrides = {key: value for key, value in (("beam_size", args.beam_size), ("alpha", args.alpha))
                      if value is not None}
         decode_config = dataclasses.replace(decode_config, **overrides)

@@ -5,6 +5,7 @@ of about 37,000 tokens, batches of about 25,000 source and 25,000 target tokens 
 the rest (maximum length, bucket spacing, shuffle buffer) are the usual tensor2tensor-style choices.
 """
 import dataclasses
+import json
 from typing import Optional
 
 from keras_transformer.config import JsonConfig
@@ -47,8 +48,12 @@ class DataConfig(JsonConfig):
         every epoch; so every segment mixes pairs from all over the files (e.g. files concatenated
         domain after domain, or sorted ones). 1: the files' order, segment after segment. Each
         stretch starts at its line through the files' line index (training/data_stream.py).
-      seed: the shuffle's seed (and the seed of generated or held-out splits): same seed, same batches.
-        The vocabulary's sample has its own fixed seed, so runs that differ only here share it.
+      seed: the shuffle's seed: same seed, same batches. The vocabulary's sample has its own fixed
+        seed, so runs that differ only here share it.
+      split_seed: the seed of generated (`numbers`) and held-out (`tatoeba`, a local `holdout=V,T`)
+        splits, apart from `seed`, so that runs of several seeds are scored on the same validation
+        and test pairs. A data_config.json written before this field took its splits from `seed`,
+        and reads so (`from_json`).
       num_parallel_calls: tf.data threads for tokenization; -1 lets tf.data tune it.
       subword_dropout: BPE-dropout (Provilkov et al., 2020) on training batches, as SentencePiece
         implements it: each merge is skipped with this probability and not tried again at that
@@ -77,6 +82,7 @@ class DataConfig(JsonConfig):
     segment_pairs: int = 250_000
     stream_regions: int = 8
     seed: int = 0
+    split_seed: int = 0
     num_parallel_calls: int = -1
     subword_dropout: float = 0.0
     lowercase: bool = False
@@ -87,6 +93,19 @@ class DataConfig(JsonConfig):
     # Fields a resumed run may change: they shape the batches, not which pairs they hold or in what
     # order, so the data position means the same (RunConfigs.check_resumable).
     RESUMABLE_CHANGES = frozenset({"separate_padding"})
+
+    @classmethod
+    def with_legacy_fields(cls, values: dict) -> dict:
+        """A saved data config's values with the fields added since it was written set as the code of
+        its time behaved: LEGACY_VALUES, and split_seed equal to its seed."""
+        return super().with_legacy_fields({"split_seed": values.get("seed", cls.seed), **values})
+
+    @classmethod
+    def from_json(cls, text):
+        """A data_config.json as written; of a field added since it was written, only split_seed is
+        filled in as it was then (its splits are the pairs the run held out)."""
+        values = json.loads(text)
+        return cls.from_dict({"split_seed": values.get("seed", cls.seed), **values})
 
     def __post_init__(self):
         positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",

@@ -157,7 +157,7 @@ class RunConfigs:
                 continue
             config = getattr(self, name)
             # A field added since the workdir was made counts as the value that did what runs did then.
-            saved = {**getattr(config, "LEGACY_VALUES", {}), **json.loads(path.read_text())}
+            saved = config.with_legacy_fields(json.loads(path.read_text()))
             current = json.loads(config.to_json())
             free = getattr(config, "RESUMABLE_CHANGES", frozenset())
             changed = {key: (saved.get(key), current.get(key)) for key in set(saved) | set(current)

@@ -65,7 +65,7 @@ class Task:
 
 
 def translation_corpus(data: DataConfig):
-    return get_corpus(data.dataset, reverse=data.reverse, seed=data.seed, tfds_data_dir=data.tfds_data_dir)
+    return get_corpus(data.dataset, reverse=data.reverse, seed=data.split_seed, tfds_data_dir=data.tfds_data_dir)
 
 
 def translation_scores(sources, hypotheses, references, lowercase=False):

@@ -131,6 +131,34 @@ def test_a_workdir_from_before_a_data_field_resumes_only_as_it_read_the_data(tmp
     apply_overrides(configs, ["data.stream_regions=1"]).check_resumable(tmp_path)
 
 
+def test_runs_of_several_seeds_hold_out_the_same_pairs(tmp_path):
+    """--seed (data.seed) orders the batches; generated and held-out splits follow data.split_seed,
+    so runs of several seeds are scored on the same pairs. A workdir from before split_seed took its
+    splits from its seed, and is read and resumed so."""
+    from keras_transformer.data.data_config import DataConfig
+    from keras_transformer.training.task import translation_corpus
+
+    configs = preset_configs("tiny", "numbers")
+    other_seed = apply_overrides(configs, ["data.seed=3"])
+
+    def validation(data):
+        return list(translation_corpus(data).pairs("validation"))
+
+    assert validation(other_seed.data) == validation(configs.data)
+    assert validation(apply_overrides(configs, ["data.split_seed=3"]).data) != validation(configs.data)
+
+    other_seed.write(tmp_path)
+    saved = json.loads((tmp_path / "data_config.json").read_text())
+    assert (saved["seed"], saved["split_seed"]) == (3, 0)
+    del saved["split_seed"]  # as written before the field
+    (tmp_path / "data_config.json").write_text(json.dumps(saved))
+    legacy = DataConfig.from_json((tmp_path / "data_config.json").read_text())
+    assert (legacy.seed, legacy.split_seed) == (3, 3)
+    with pytest.raises(ValueError, match=r"data_config.json differs .*split_seed: 3 in the workdir, 0 now"):
+        other_seed.check_resumable(tmp_path)
+    apply_overrides(other_seed, ["data.split_seed=3"]).check_resumable(tmp_path)
+
+
 def test_a_run_resumes_with_either_padding(tmp_path):
     """data.separate_padding shapes the batches, not which pairs they hold: a workdir from before the
     field, or one written with the other value, resumes; a field that moves the data does not."""

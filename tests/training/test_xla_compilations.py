@@ -60,7 +60,7 @@ def test_the_training_step_compiles_once_per_batch_shape(tmp_path):
 
     configs = RunConfigs.read(workdir)
     assert configs.run.jit_compile
-    corpus = get_corpus(configs.data.dataset, reverse=configs.data.reverse, seed=configs.data.seed)
+    corpus = get_corpus(configs.data.dataset, reverse=configs.data.reverse, seed=configs.data.split_seed)
     tokenizer = load_or_train_tokenizer(workdir, [], configs.data.tokenizer_settings(corpus.name))  # the run's
     stream = training_stream(corpus, tokenizer, configs.data)
     fed = collections.Counter()
