@@ -415,8 +415,8 @@ def export_translator(translator, export_dir, version=None, warmup_sentences=WAR
     """
     export_dir = pathlib.Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
-    requested = version
-    version = next_version(export_dir) if version is None else int(version)
+    chosen = version is None
+    version = next_version(export_dir) if chosen else int(version)
     if version < 0:
         raise ValueError(f"version must be a non-negative integer, got {version}")
     final = export_dir / str(version)
@@ -439,7 +439,7 @@ def export_translator(translator, export_dir, version=None, warmup_sentences=WAR
                 if record.predict_log.request.model_spec.signature_name in signatures:
                     writer.write(record.SerializeToString())
         os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user
-        final = _rename_into_place(temporary, export_dir, version, chosen=requested is None)
+        final = _rename_into_place(temporary, export_dir, version, chosen)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

@@ -95,17 +95,21 @@ class DataConfig(JsonConfig):
     RESUMABLE_CHANGES = frozenset({"separate_padding"})
 
     @classmethod
+    def _with_split_seed(cls, values: dict) -> dict:
+        """A saved data config from before split_seed drew its splits with its seed."""
+        return {"split_seed": values.get("seed", cls.seed), **values}
+
+    @classmethod
     def with_legacy_fields(cls, values: dict) -> dict:
         """A saved data config's values with the fields added since it was written set as the code of
         its time behaved: LEGACY_VALUES, and split_seed equal to its seed."""
-        return super().with_legacy_fields({"split_seed": values.get("seed", cls.seed), **values})
+        return super().with_legacy_fields(cls._with_split_seed(values))
 
     @classmethod
     def from_json(cls, text):
         """A data_config.json as written; of a field added since it was written, only split_seed is
         filled in as it was then (its splits are the pairs the run held out)."""
-        values = json.loads(text)
-        return cls.from_dict({"split_seed": values.get("seed", cls.seed), **values})
+        return cls.from_dict(cls._with_split_seed(json.loads(text)))
 
     def __post_init__(self):
         positive = ("vocab_size", "tokenizer_sample_size", "tokens_per_batch", "min_bucket_length",
