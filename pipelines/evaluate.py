@@ -39,10 +39,11 @@ def parse_args(argv=None):
 def main(argv=None):
     parser, args = parse_args(argv)
     show_job_log()
-    from keras_transformer.data import DataConfig, SubwordTokenizer, get_corpus
+    from keras_transformer.data import DataConfig, SubwordTokenizer
     from keras_transformer.export import load_model_from_workdir
     from keras_transformer.files import write_lines
     from keras_transformer.training.evaluation import BeamSearchTranslator, score
+    from keras_transformer.training.task import translation_corpus
 
     try:
         model, sentencepiece_proto, decode_config = load_model_from_workdir(args.workdir, args.checkpoint,
@@ -51,8 +52,8 @@ def main(argv=None):
         data = DataConfig.from_json(data_path.read_text()) if data_path.is_file() else None
         if args.dataset is None and data is None:
             raise FileNotFoundError(f"{data_path} not found: name the corpus with --dataset")
-        corpus = get_corpus(args.dataset or data.dataset, reverse=bool(data and data.reverse),
-                            seed=data.split_seed if data else 0, tfds_data_dir=data.tfds_data_dir if data else None)
+        corpus_config = data or DataConfig(dataset=args.dataset)  # without the run's: reverse False, seed 0
+        corpus = translation_corpus(dataclasses.replace(corpus_config, dataset=args.dataset or corpus_config.dataset))
         overrides = {key: value for key, value in (("beam_size", args.beam_size), ("alpha", args.alpha))
                      if value is not None}
         decode_config = dataclasses.replace(decode_config, **overrides)

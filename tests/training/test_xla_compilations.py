@@ -15,9 +15,10 @@ import sys
 
 import pytest
 
-from keras_transformer.data import get_corpus, load_or_train_tokenizer
+from keras_transformer.data import load_or_train_tokenizer
 from keras_transformer.training.data_stream import training_stream
 from keras_transformer.training.run_config import RunConfigs
+from keras_transformer.training.task import translation_corpus
 from tests.numbers_files import write_numbers_spec
 from tests.training.test_resume import DEADLINE_SECONDS, REPOSITORY
 
@@ -60,7 +61,7 @@ def test_the_training_step_compiles_once_per_batch_shape(tmp_path):
 
     configs = RunConfigs.read(workdir)
     assert configs.run.jit_compile
-    corpus = get_corpus(configs.data.dataset, reverse=configs.data.reverse, seed=configs.data.split_seed)
+    corpus = translation_corpus(configs.data)
     tokenizer = load_or_train_tokenizer(workdir, [], configs.data.tokenizer_settings(corpus.name))  # the run's
     stream = training_stream(corpus, tokenizer, configs.data)
     fed = collections.Counter()
