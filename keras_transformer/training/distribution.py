@@ -335,6 +335,27 @@ def check_workers_agree(strategy: tf.distribute.Strategy, name: str, description
             f"--cpu-devices or number of GPUs, and one shared --workdir")
 
 
+def gather_from_workers(strategy: tf.distribute.Strategy, name: str, values: list, timeout_seconds: float
+                        ) -> list[list]:
+    """Every worker's `values` (a JSON list), in worker order, on every worker; [values] on one worker.
+
+    Through the coordination service's key-value store (no collectives: the workers may reach this
+    after different amounts of work of their own), each worker waiting at most timeout_seconds for
+    the others and failing at once if one is lost. Each worker deletes its key once every worker has
+    read it, so that a long run's store does not grow. `name` must be new for each call.
+    """
+    if not is_multi_worker(strategy):
+        return [list(values)]
+    service, index = context.context(), worker_index(strategy)
+    service.set_config_key_value(f"keras_transformer/{name}/{index}", json.dumps(list(values)))
+    gathered = [json.loads(service.get_config_key_value(f"keras_transformer/{name}/{other}",
+                                                        int(timeout_seconds * 1000)))
+                for other in range(num_workers(strategy))]
+    wait_for_all_workers(strategy, f"{name}/read", timeout_seconds)
+    service.delete_config_key_value(f"keras_transformer/{name}/{index}")
+    return gathered
+
+
 def mixed_precision_policy(mode: str) -> str:
     """The Keras dtype policy of a RunConfig.mixed_precision mode.
 

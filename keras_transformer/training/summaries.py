@@ -18,7 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID
-from keras_transformer.training.distribution import inner_optimizer, loss_scale
+from keras_transformer.training.distribution import (CLUSTER_WAIT_SECONDS, gather_from_workers, inner_optimizer,
+                                                     loss_scale, num_workers, worker_index)
 from keras_transformer.training.evaluation import validation_scores
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.history = []  # (step, {name: value}) of each evaluation
         self._reset_pending = False
         self._logged_step = None
+        self._translations = 0  # evaluations that exchanged translations with the other workers
         if write:
             self.train_writer = tf.summary.create_file_writer(str(self.log_dir / "train"))
             self.validation_writer = tf.summary.create_file_writer(str(self.log_dir / "validation"))
@@ -207,7 +209,7 @@ class TrainingMonitor(keras.callbacks.Callback):
             values.update({name: float(value) for name, value in metrics.items()})
         sources = [source for source, _ in self.validation_pairs]
         references = [reference for _, reference in self.validation_pairs]
-        hypotheses = self.translator.translate(sources)
+        hypotheses = self._translate(sources, step)
         values.update(self.metric(sources, hypotheses, references))
         self.history.append((step, values))
         print(f"\nstep {step}: " + ", ".join(f"validation {name} {value:.4g}" for name, value in values.items())
@@ -215,6 +217,26 @@ class TrainingMonitor(keras.callbacks.Callback):
         if self.write:
             self._write_evaluation(step, values, sources, references, hypotheses)
         return values
+
+    def _translate(self, sources, step):
+        """The translations of `sources`. On a cluster each of W workers translates every W-th sentence
+        (worker w those at w, w + W, ...: a share of every length) and the workers exchange them, so
+        all hold all of them, and every worker computes the same scores from them."""
+        strategy = self.model.distribute_strategy
+        workers = num_workers(strategy)
+        if workers == 1:
+            return self.translator.translate(sources)
+        index = worker_index(strategy)
+        share = self.translator.translate(sources[index::workers])
+        logger.info("validation: worker %d of %d translated %d of the %d sentences", index, workers, len(share),
+                    len(sources))
+        self._translations += 1  # one key-value name for each evaluation of this process
+        shares = gather_from_workers(strategy, f"translations/{step}/{self._translations}", share,
+                                     CLUSTER_WAIT_SECONDS)
+        hypotheses = [None] * len(sources)
+        for other, translations in enumerate(shares):
+            hypotheses[other::workers] = translations
+        return hypotheses
 
     def _write_evaluation(self, step, values, sources, references, hypotheses):
         shown = slice(0, self.num_samples)

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -33,7 +34,8 @@ from keras_transformer.data import DataConfig, NumbersCorpus, SubwordTokenizer
 from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
 from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
 from keras_transformer.training.data_stream import training_stream
-from keras_transformer.training.distribution import ClusterConfigError, read_tf_config
+from keras_transformer.training import summaries
+from keras_transformer.training.distribution import ClusterConfigError, gather_from_workers, read_tf_config
 from tests.readme_run import REPOSITORY, readme_commands
 from tests.training.test_distribution import ATOL, RTOL
 from tests.training.test_resume import corpus_spec  # noqa: F401  (fixture: 2,000 / 10 / 10 numbers pairs)
@@ -200,6 +202,18 @@ def test_two_workers_end_with_the_weights_of_one_process_over_four_devices(two_w
     cooldown = [float(_checkpoint(workdir, STEPS).get_tensor(f"cooldown/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
                 for name in ("start", "end")]
     assert cooldown == [STEPS * 0.75, STEPS]
+    # Each worker translated its share of the 5 validation sentences; both, from all 5, report the
+    # same scores, those of the single process.
+    shares = [re.findall(r"validation: worker (\d) of 2 translated (\d) of the 5 sentences", log)
+              for log in two_workers.logs]
+    assert shares == [[("0", "3")], [("1", "2")]], two_workers.logs[0][-3000:]
+    evaluations = [re.findall(rf"^step {STEPS}: validation .*", log, re.MULTILINE) for log in two_workers.logs]
+    assert len(evaluations[0]) == 1 and evaluations[0] == evaluations[1]
+    scores = [{name: entry["validation"][name] for name in ("bleu", "chrf")}
+              for directory in (workdir, one_process)
+              for entry in json.loads((checkpoint_directory(directory) / "selection.json").read_text())["evaluations"]
+              if entry["step"] == STEPS]
+    assert len(scores) == 2 and scores[0] == scores[1]
     # Both workers report the loss of the whole cluster (the mean over the 4 replicas), the same.
     remaining = STEPS - two_workers.saved
     losses = [re.findall(rf"^{remaining}/{remaining} - .* - loss: (\S+)", log, re.MULTILINE)
@@ -291,6 +305,40 @@ def test_a_time_budgets_cooldown_is_the_same_on_every_worker(tmp_path, corpus_sp
                   for name in ("start", "end")]
     assert f"from step {start:.0f} to step {end:.0f}" in planned[0][0] and start <= last <= end
     assert stops[0][0].startswith("the learning rate's cooldown ended") == (last == end)
+
+
+def test_a_cluster_evaluation_translates_a_share_and_puts_the_others_in_place(monkeypatch, tmp_path):
+    """Worker 1 of 3 translates validation sentences 1, 4 and 7 of 8 and no others; the other workers'
+    shares (as the coordination service would hand them over) come back into their places, under a
+    new key-value name at each evaluation."""
+    sources = [f"sentence {index}" for index in range(8)]
+    asked = []
+
+    class Translator:
+        def translate(self, sentences):
+            asked.append(list(sentences))
+            return [sentence.upper() for sentence in sentences]
+
+    names = []
+
+    def gather(strategy, name, values, timeout_seconds):
+        names.append(name)
+        return [values if worker == 1 else [f"SENTENCE {index}" for index in range(worker, 8, 3)]
+                for worker in range(3)]
+
+    monkeypatch.setattr(summaries, "num_workers", lambda strategy: 3)
+    monkeypatch.setattr(summaries, "worker_index", lambda strategy: 1)
+    monkeypatch.setattr(summaries, "gather_from_workers", gather)
+    monitor = summaries.TrainingMonitor(tmp_path, 10, None, Translator(), [], None, write=False)
+    monitor.set_model(types.SimpleNamespace(distribute_strategy=None))
+    for _ in range(2):
+        assert monitor._translate(sources, 100) == [f"SENTENCE {index}" for index in range(8)]
+    assert asked == [["sentence 1", "sentence 4", "sentence 7"]] * 2
+    assert names == ["translations/100/1", "translations/100/2"]
+
+
+def test_one_worker_gathers_its_own_values():
+    assert gather_from_workers(tf.distribute.get_strategy(), "unused", ("a", "b"), 1.0) == [["a", "b"]]
 
 
 def test_each_worker_keeps_its_replicas_share_of_the_stream():
