@@ -340,14 +340,16 @@ def gather_from_workers(strategy: tf.distribute.Strategy, name: str, values: lis
     """Every worker's `values` (a JSON list), in worker order, on every worker; [values] on one worker.
 
     Through the coordination service's key-value store (no collectives: the workers may reach this
-    after different amounts of work of their own), each worker waiting at most timeout_seconds for
-    the others and failing at once if one is lost. Each worker deletes its key once every worker has
-    read it, so that a long run's store does not grow. `name` must be new for each call.
+    after different amounts of work of their own). Each worker writes its values, then waits at a
+    barrier until all have (at most timeout_seconds; a barrier fails at once if a worker is lost),
+    reads them, and deletes its own once every worker has read them, so that a long run's store does
+    not grow. `name` must be new for each call.
     """
     if not is_multi_worker(strategy):
         return [list(values)]
     service, index = context.context(), worker_index(strategy)
     service.set_config_key_value(f"keras_transformer/{name}/{index}", json.dumps(list(values)))
+    wait_for_all_workers(strategy, f"{name}/written", timeout_seconds)
     gathered = [json.loads(service.get_config_key_value(f"keras_transformer/{name}/{other}",
                                                         int(timeout_seconds * 1000)))
                 for other in range(num_workers(strategy))]
