@@ -84,6 +84,11 @@ class TransformerConfig(JsonConfig):
         and the pre-softmax projection (the paper, section 3.4); False gives each its own.
       attention_dropout_rate: dropout on the attention weights (the paper has none).
       relu_dropout_rate: dropout after the ReLU of the feed-forward network (the paper has none).
+      word_dropout_rate: dropout of whole tokens (the paper has none): in training, each token's
+        embedding vector, on the source and on the decoder's input, is zeroed with this probability
+        (the others scaled by 1 / (1 - rate)) before its positional encoding is added, so the model
+        learns to do without any one token. The "dropout of entire words" of Sennrich et al. (WMT
+        2016, Edinburgh's systems), here of subword pieces; a regularizer of low-resource recipes.
       decoder_layers: layers in the decoder stack, the encoder keeping num_layers; None (the
         paper) gives both num_layers. Kasai et al. (ICLR 2021, "Deep Encoder, Shallow Decoder")
         report faster decoding at similar translation quality; on GUM parsing, 6 + 1 layers scored
@@ -131,6 +136,7 @@ class TransformerConfig(JsonConfig):
     tie_embeddings: bool = True
     attention_dropout_rate: float = 0.0
     relu_dropout_rate: float = 0.0
+    word_dropout_rate: float = 0.0
     decoder_layers: Optional[int] = None
     aligned_decoder: bool = False
     aligned_next: bool = False
@@ -153,14 +159,15 @@ class TransformerConfig(JsonConfig):
             value = getattr(self, name)
             _require(value is None or (isinstance(value, int) and value > 0),
                      f"TransformerConfig.{name} must be None or a positive integer; got {value!r}")
-        for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate"):
+        for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate",
+                     "word_dropout_rate"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
         _require(isinstance(self.rdrop_alpha, (int, float)) and math.isfinite(self.rdrop_alpha)
                  and self.rdrop_alpha >= 0,
                  f"TransformerConfig.rdrop_alpha must be a finite number >= 0 (0: off); got {self.rdrop_alpha!r}")
         _require(self.rdrop_alpha == 0 or max(self.dropout_rate, self.attention_dropout_rate,
-                                               self.relu_dropout_rate) > 0,
+                                               self.relu_dropout_rate, self.word_dropout_rate) > 0,
                  f"TransformerConfig.rdrop_alpha={self.rdrop_alpha} compares two dropout passes of each "
                  "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
                  "(or rdrop_alpha=0)")

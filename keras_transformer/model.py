@@ -36,6 +36,14 @@ def stack_arguments(config):
                 layer_norm_epsilon=config.layer_norm_epsilon)
 
 
+def word_dropout(config, name):
+    """The layer of config.word_dropout_rate (whole token vectors of a (B, T, D) embedding), or None
+    at rate 0: a model without it has no such layer (nor its seed state in checkpoints)."""
+    if config.word_dropout_rate == 0:
+        return None
+    return Dropout(config.word_dropout_rate, noise_shape=(None, None, 1), name=name)
+
+
 def _split_rows(x, sizes):
     """x cut along axis 0 into len(sizes) pieces of these sizes (all Python ints, or not)."""
     if len(sizes) == 1:
@@ -61,14 +69,17 @@ class TokenLossModel(keras.Model):
         self.source_embedding = source_embedding
         self.source_positional = positional_layer(c.positional)(c.max_length, name="source_positional")
         self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
+        self.source_word_dropout = word_dropout(c, "source_word_dropout")
         self.encoder = Encoder(num_layers=c.num_layers, **stack_arguments(c), name="encoder")
 
     def encode(self, source_ids, training=False):
         """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S)."""
         source_ids = tf.cast(source_ids, tf.int32)
         source_padding_mask = masking.padding_mask(source_ids)
-        x = self.source_positional(self.source_embedding(source_ids))
-        x = self.source_dropout(x, training=training)
+        x = self.source_embedding(source_ids)
+        if self.source_word_dropout is not None:
+            x = self.source_word_dropout(x, training=training)
+        x = self.source_dropout(self.source_positional(x), training=training)
         memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
                               training=training)
         return memory, source_padding_mask
@@ -258,6 +269,7 @@ class Transformer(TokenLossModel):
             self.output_embedding = TokenEmbedding(c.vocab_size, c.d_model, name="output_projection")
         self.target_positional = positional_layer(c.positional)(c.max_length, name="target_positional")
         self.target_dropout = Dropout(c.dropout_rate, name="target_dropout")
+        self.target_word_dropout = word_dropout(c, "target_word_dropout")
         self.decoder = Decoder(num_layers=c.num_decoder_layers, **stack_arguments(c), name="decoder")
         if c.aligned_next:
             self.next_piece_projection = keras.layers.Dense(c.d_model, use_bias=False, name="next_piece_projection")
@@ -286,7 +298,10 @@ class Transformer(TokenLossModel):
         weights (B, H, T, S). source_ids (B, S): the encoded source, needed with aligned_decoder.
         """
         target_input_ids = tf.cast(target_input_ids, tf.int32)
-        x = self.target_positional(self.target_embedding(target_input_ids))
+        x = self.target_embedding(target_input_ids)
+        if self.target_word_dropout is not None:
+            x = self.target_word_dropout(x, training=training)
+        x = self.target_positional(x)
         if self.config.aligned_decoder:
             if source_ids is None:
                 raise ValueError("a model with aligned_decoder decodes with the source's ids (source_ids)")

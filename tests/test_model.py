@@ -53,6 +53,29 @@ def test_decoder_layers_sets_the_decoder_stack_alone():
     assert paper.count_params() - shallow.count_params() == 2 * decoder_layer
 
 
+def test_word_dropout_drops_whole_token_vectors_in_training_only():
+    """word_dropout_rate zeroes each token's embedding vector, on the source and on the decoder's
+    input, or keeps all of it (scaled); at inference nothing is dropped; at rate 0 there is no layer."""
+    assert _tiny().source_word_dropout is None and _tiny().target_word_dropout is None
+    model = _tiny(word_dropout_rate=0.5)  # dropout_rate 0: word dropout is the only randomness
+    for layer in (model.source_word_dropout, model.target_word_dropout):
+        x = tf.ones((8, 40, model.config.d_model))
+        dropped = np.asarray(layer(x, training=True))
+        zeroed, kept = np.all(dropped == 0, axis=-1), np.all(dropped == 2, axis=-1)
+        assert np.all(zeroed | kept) and 0.3 < zeroed.mean() < 0.7
+        np.testing.assert_array_equal(np.asarray(layer(x, training=False)), np.asarray(x))
+    inference = np.asarray(model((SOURCE, TARGET), training=False))
+    np.testing.assert_array_equal(np.asarray(model((SOURCE, TARGET), training=False)), inference)
+    assert not np.allclose(np.asarray(model((SOURCE, TARGET), training=True)), inference)
+    memory = [np.asarray(model.encode(SOURCE, training=training)[0]) for training in (True, False)]
+    assert not np.allclose(*memory)  # the source side's own
+    plain = _tiny()
+    np.testing.assert_array_equal(np.asarray(plain((SOURCE, TARGET), training=True)),
+                                  np.asarray(plain((SOURCE, TARGET), training=False)))
+    with pytest.raises(ValueError, match=r"word_dropout_rate must be in \[0, 1\); got 1.0"):
+        kt.TransformerConfig(word_dropout_rate=1.0)
+
+
 def test_tied_embedding_is_one_matrix():
     model = _tiny()
     assert model.source_embedding is model.target_embedding is model.output_embedding
