@@ -32,9 +32,9 @@ import tensorflow as tf
 
 from keras_transformer.data import DataConfig, NumbersCorpus, SubwordTokenizer
 from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
+from keras_transformer.training import summaries
 from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
 from keras_transformer.training.data_stream import training_stream
-from keras_transformer.training import summaries
 from keras_transformer.training.distribution import ClusterConfigError, gather_from_workers, read_tf_config
 from tests.readme_run import REPOSITORY, readme_commands
 from tests.training.test_distribution import ATOL, RTOL
