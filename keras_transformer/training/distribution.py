@@ -315,12 +315,7 @@ def check_workers_agree(strategy: tf.distribute.Strategy, name: str, description
     """
     if not is_multi_worker(strategy):
         return
-    service = context.context()
-    service.set_config_key_value(f"keras_transformer/{name}/{worker_index(strategy)}",
-                                 json.dumps(description, sort_keys=True))
-    descriptions = [json.loads(service.get_config_key_value(f"keras_transformer/{name}/{index}",
-                                                            int(timeout_seconds * 1000)))
-                    for index in range(num_workers(strategy))]
+    descriptions = [values[0] for values in gather_from_workers(strategy, name, [description], timeout_seconds)]
     differences = []
     for field in sorted(set().union(*descriptions)):
         values = [worker.get(field) for worker in descriptions]
