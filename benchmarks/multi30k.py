@@ -6,7 +6,9 @@
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
 pipeline (`keras_transformer.training.run.train_and_evaluate`, which stops after --minutes, or
-earlier with `--set run.early_stopping_patience=N`), then translates val with beam search (the
+earlier at the end of a cooldown planned in steps (`--set train.train_steps=N`: a run whose steps
+end before the budget trains the same on a faster machine or with more minutes) or with `--set
+run.early_stopping_patience=N`), then translates val with beam search (the
 paper's beam 4, alpha 0.6) using each candidate: the average of the last train.checkpoints_to_average
 checkpoints, the average of the best ones by validation loss (workdir/checkpoints/best), and each
 of the last and of the best --candidates checkpoints. The one with the best val BLEU is chosen,
