@@ -101,6 +101,31 @@ def test_a_time_budget_starts_the_cooldown_with_its_fraction_left_and_stops_at_i
     assert run_module.cooldown_ended(schedule_cooldown(restored.optimizer), 770)
 
 
+def test_a_cooldown_planned_in_steps_that_starts_before_the_budgets_is_kept(tmp_path, monkeypatch):
+    """train_steps whose cooldown (steps 750 to 1,000) starts before the budget's fraction is left:
+    the budget moves nothing, and the run stops at train_steps, as it would with any longer budget
+    (what makes a recipe planned in steps train the same model given 60 minutes or 120)."""
+    clock = Clock(0.0)
+    monkeypatch.setattr(run_module.time, "monotonic", clock)
+    config = TrainConfig(train_steps=1000, warmup_steps=10, cooldown_fraction=0.25)
+    for minutes in (10.0, 20.0):
+        model = _model(config)
+        limit = run_module.TrainingTimeLimit(RunCheckpoint(tmp_path / f"checkpoints-{minutes}", model, DataPosition()),
+                                             minutes, config.cooldown_fraction)
+        limit.set_model(model)
+        cooldown = schedule_cooldown(model.optimizer)
+        # the first step, then step 800 (cooling since 750) when the budget's cooldown would be due
+        for step, seconds in [(1, 0.0), (800, 60.0 * minutes * 0.75), (999, 60.0 * minutes * 0.8)]:
+            clock.now = seconds
+            model.optimizer.iterations.assign(step)
+            limit.on_train_batch_end(step - 1)
+            assert (float(cooldown.start), float(cooldown.end)) == (750.0, 1000.0) and not model.stop_training
+        model.optimizer.iterations.assign(1000)
+        limit.on_train_batch_end(999)
+        assert model.stop_training and limit.reached
+        assert limit.run_checkpoint.manager.latest_checkpoint.endswith("ckpt-1000")
+
+
 def test_the_deadline_still_stops_a_run_whose_cooldown_would_end_later(tmp_path, monkeypatch):
     """Steps slower than the rate so far: the deadline comes first, and stops the run as without a cooldown."""
     clock = Clock(0.0)
