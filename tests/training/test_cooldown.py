@@ -109,6 +109,7 @@ def test_a_cooldown_planned_in_steps_that_starts_before_the_budgets_is_kept(tmp_
     monkeypatch.setattr(run_module.time, "monotonic", clock)
     config = TrainConfig(train_steps=1000, warmup_steps=10, cooldown_fraction=0.25)
     for minutes in (10.0, 20.0):
+        clock.now = 0.0  # the budget counts from here
         model = _model(config)
         limit = run_module.TrainingTimeLimit(RunCheckpoint(tmp_path / f"checkpoints-{minutes}", model, DataPosition()),
                                              minutes, config.cooldown_fraction)
