@@ -54,6 +54,13 @@ class Clock:
         return self.now
 
 
+def _batch_end(clock, model, limit, step, seconds):
+    """Step `step` ends at `seconds` on the clock: what Keras's fit tells the TrainingTimeLimit."""
+    clock.now = seconds
+    model.optimizer.iterations.assign(step)
+    limit.on_train_batch_end(step - 1)
+
+
 def _model(config):
     model = TrainingTransformer(TransformerConfig.from_preset("tiny", vocab_size=30))
     model.compile(optimizer=paper_optimizer(64, config))
@@ -76,9 +83,7 @@ def test_a_time_budget_starts_the_cooldown_with_its_fraction_left_and_stops_at_i
     assert (float(cooldown.start), float(cooldown.end)) == (7500.0, 10_000.0)  # train_steps' own
 
     def batch_end(step, seconds):
-        clock.now = 1000.0 + seconds
-        model.optimizer.iterations.assign(step)
-        limit.on_train_batch_end(step - 1)
+        _batch_end(clock, model, limit, step, 1000.0 + seconds)
 
     batch_end(100, 10.0)  # the first step: start-up and tracing are left out of the rate
     batch_end(500, 449.0)
@@ -117,12 +122,9 @@ def test_a_cooldown_planned_in_steps_that_starts_before_the_budgets_is_kept(tmp_
         cooldown = schedule_cooldown(model.optimizer)
         # the first step, then step 800 (cooling since 750) when the budget's cooldown would be due
         for step, seconds in [(1, 0.0), (800, 60.0 * minutes * 0.75), (999, 60.0 * minutes * 0.8)]:
-            clock.now = seconds
-            model.optimizer.iterations.assign(step)
-            limit.on_train_batch_end(step - 1)
+            _batch_end(clock, model, limit, step, seconds)
             assert (float(cooldown.start), float(cooldown.end)) == (750.0, 1000.0) and not model.stop_training
-        model.optimizer.iterations.assign(1000)
-        limit.on_train_batch_end(999)
+        _batch_end(clock, model, limit, 1000, 60.0 * minutes * 0.8)
         assert model.stop_training and limit.reached
         assert limit.run_checkpoint.manager.latest_checkpoint.endswith("ckpt-1000")
 
@@ -137,13 +139,9 @@ def test_the_deadline_still_stops_a_run_whose_cooldown_would_end_later(tmp_path,
                                          config.cooldown_fraction)
     limit.set_model(model)
     for step, seconds in [(1, 0.0), (31, 30.0), (40, 59.9)]:
-        clock.now = seconds
-        model.optimizer.iterations.assign(step)
-        limit.on_train_batch_end(step - 1)
+        _batch_end(clock, model, limit, step, seconds)
     assert float(schedule_cooldown(model.optimizer).end) == 61.0 and not model.stop_training
-    clock.now = 60.0
-    model.optimizer.iterations.assign(45)
-    limit.on_train_batch_end(44)
+    _batch_end(clock, model, limit, 45, 60.0)
     assert model.stop_training and limit.reached
 
 
