@@ -59,6 +59,10 @@ class DataConfig(JsonConfig):
         implements it: each merge is skipped with this probability and not tried again at that
         place, so words are split anew at every epoch. A pair whose pieces then pass max_length is
         dropped from that epoch only. 0 (the paper): off.
+      subword_dropout_target: BPE-dropout on the target sentences too (True, as Provilkov et al.
+        do by default), or on the source sentences only (False; their source-only variant): the
+        decoder then learns and outputs the one split of each word that evaluation and the
+        export use.
       lowercase: case-fold source and target (not in the paper; off by default). The vocabulary's
         normalizer folds them (NFKC and case folding, SentencePiece's "nmt_nfkc_cf"), so training,
         evaluation and an export's input all fold alike and every translation comes out lowercase;
@@ -85,6 +89,7 @@ class DataConfig(JsonConfig):
     split_seed: int = 0
     num_parallel_calls: int = -1
     subword_dropout: float = 0.0
+    subword_dropout_target: bool = True
     lowercase: bool = False
 
     # For a data_config.json written before these fields existed: the values that read the data as

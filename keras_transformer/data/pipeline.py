@@ -49,9 +49,12 @@ def bucket_batch_sizes(config: DataConfig) -> list[int]:
     return [config.tokens_per_batch // boundary for boundary in bucket_boundaries(config)]
 
 
-def _tokenize_chunk(tokenizer: SubwordTokenizer, sources, targets, subword_dropout: float = 0.0):
-    """(N,) strings, (N,) strings -> (N, None) ragged source tokens, (N, None) ragged target tokens."""
-    return tokenizer.tokenize(sources, subword_dropout), tokenizer.tokenize(targets, subword_dropout)
+def _tokenize_chunk(tokenizer: SubwordTokenizer, sources, targets, subword_dropout: float = 0.0,
+                    target_dropout: bool = True):
+    """(N,) strings, (N,) strings -> (N, None) ragged source tokens, (N, None) ragged target tokens;
+    BPE-dropout on the targets too with target_dropout."""
+    return (tokenizer.tokenize(sources, subword_dropout),
+            tokenizer.tokenize(targets, subword_dropout if target_dropout else 0.0))
 
 
 def scored_pieces(tokenizer: SubwordTokenizer, corpus: Corpus) -> Optional[np.ndarray]:
@@ -78,7 +81,8 @@ def _encode_chunk(tokenizer: SubwordTokenizer, config: DataConfig, sources, targ
     Rows are padded to the chunk's longest row only; batching pads them to the bucket boundary.
     scored: `scored_pieces`, or None; the target output's other pieces become PAD, which the loss skips.
     """
-    source, target = _tokenize_chunk(tokenizer, sources, targets, subword_dropout)  # (N, None) each
+    source, target = _tokenize_chunk(tokenizer, sources, targets, subword_dropout,
+                                     config.subword_dropout_target)  # (N, None) each
     max_tokens = config.max_length - 1  # room for EOS (source, target output) or BOS (target input)
     if config.truncate_long_pairs:
         source, target = source[:, :max_tokens], target[:, :max_tokens]
@@ -149,8 +153,9 @@ def make_dataset(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, config: Da
         within each bucket.
       input_context: under tf.distribute, this input pipeline's share: it reads every
         num_input_pipelines-th pair, and its batches (each within the budget) go to its replicas.
-      subword_dropout: BPE-dropout while tokenizing; None: config.subword_dropout when training,
-        else 0 (evaluation always tokenizes as the exported model does).
+      subword_dropout: BPE-dropout while tokenizing (the targets only with
+        config.subword_dropout_target); None: config.subword_dropout when training, else 0
+        (evaluation always tokenizes as the exported model does).
       scored: (V,) bool, the target pieces the loss scores (`scored_pieces`); the others are PAD in
         target_output_ids (target_input_ids keeps them). None: all.
     One pass over the result is one epoch: every kept pair exactly once.

@@ -224,6 +224,21 @@ def test_subword_dropout_resplits_training_pairs_only(numbers_corpus, numbers_to
             == collections.Counter(_expected_rows(numbers_corpus, "validation", numbers_tokenizer)))
 
 
+def test_subword_dropout_on_the_source_only(numbers_corpus, numbers_tokenizer):
+    config = dataclasses.replace(SMALL, subword_dropout=0.3, subword_dropout_target=False)
+    expected = _expected_rows(numbers_corpus, "train", numbers_tokenizer)
+    rows = [row for batch in make_corpus_dataset(numbers_corpus, "train", numbers_tokenizer, config)
+            for row in _rows(batch)]
+    # The targets (decoder input and output) are split as the vocabulary splits them...
+    assert (collections.Counter(row[1:] for row in rows)
+            == collections.Counter(row[1:] for row in expected))
+    # ...the sources are not, though they spell the same sentences.
+    assert len({row[0] for row in rows} - {row[0] for row in expected}) > len(rows) // 2
+    sources = numbers_tokenizer.detokenize(tf.ragged.constant([list(row[0]) for row in rows])).numpy()
+    assert (collections.Counter(s.decode() for s in sources)
+            == collections.Counter(s for s, _ in numbers_corpus.pairs("train")))
+
+
 def test_training_refuses_a_corpus_where_no_pair_fits(numbers_corpus, numbers_tokenizer):
     """The stream drops over-length pairs; with none left it would wait for a batch for ever."""
     pairs = numbers_corpus.dataset("validation")
