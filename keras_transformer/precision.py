@@ -109,8 +109,11 @@ def model_in_precision(model, precision):
     """model with its weights stored and its products computed in `precision` (see the module
     docstring): model itself if it is in that precision already, else a new model of its class
     and config (a Transformer or a span parser's model) built under that dtype policy, with model's
-    weights cast into it."""
+    weights cast into it; an ensemble (keras_transformer.ensemble), an ensemble of its members in it."""
     check_precision(precision)
+    members = getattr(model, "members", None)
+    if members is not None and any(member.dtype_policy.name != precision for member in members):
+        return type(model)([model_in_precision(member, precision) for member in members])
     if model.dtype_policy.name == precision:
         return model
     if precision == "float16":
