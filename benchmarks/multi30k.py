@@ -1,7 +1,7 @@
 """Multi30k en->de on this machine: train for a fixed time, pick a checkpoint on val, report sacreBLEU.
 
     python benchmarks/multi30k.py [--minutes 60] [--preset small_data] [--workdir runs/multi30k-small_data]
-        [--candidates 5] [--beams 4 5] [--alphas 0.6 1.0 1.4] [--max-sentences N] [--threads 2]
+        [--candidates 5] [--ensembles K ...] [--beams 4 5] [--alphas 0.6 1.0 1.4] [--max-sentences N] [--threads 2]
         [--set FIELD=VALUE ...]
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
@@ -11,8 +11,9 @@ end before the budget trains the same on a faster machine or with more minutes) 
 run.early_stopping_patience=N`), then translates val with beam search (the
 paper's beam 4, alpha 0.6) using each candidate: the average of the last train.checkpoints_to_average
 checkpoints, the average of the best ones by validation loss (workdir/checkpoints/best), and each
-of the last and of the best --candidates checkpoints. The one with the best val BLEU is chosen,
-on val only; then, with it, the beam size and length penalty (--beams x --alphas) with the best val
+of the last and of the best --candidates checkpoints, and with --ensembles K, the ensemble of the
+last K checkpoints (their next-token distributions averaged at each step, keras_transformer.ensemble).
+The one with the best val BLEU is chosen, on val only; then, with it, the beam size and length penalty (--beams x --alphas) with the best val
 BLEU (lowercased for a `data.lowercase` run); and that is scored on test_2016_flickr and
 test_2017_flickr, whose translations are written to <workdir>/<test set>.hypotheses.de. Prints one
 JSON line per test set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "bleu_lc",
@@ -45,6 +46,9 @@ def parse_args():
     parser.add_argument("--workdir", type=pathlib.Path, help="run directory (default runs/multi30k-<preset>)")
     parser.add_argument("--candidates", type=int, default=5,
                         help="last checkpoints and best checkpoints (by validation loss) compared with the averages")
+    parser.add_argument("--ensembles", type=int, nargs="*", default=[], metavar="K",
+                        help="also compare, for each K, the ensemble of the last K checkpoints "
+                             "(keras_transformer.ensemble; each decoding step costs K models' steps)")
     parser.add_argument("--max-sentences", type=int,
                         help="score only the first N sentences of val and test (a quick check of the script; "
                              "reported figures use all)")
@@ -60,9 +64,11 @@ def parse_args():
     return parser.parse_args()
 
 
-def candidate_models(configs, workdir, count):
+def candidate_models(configs, workdir, count, ensembles=()):
     """(name, steps, model) of the averages of the last and of the best checkpoints, then of the last
-    and the best `count` checkpoints (newest first, each once); steps: the steps it is made of."""
+    and the best `count` checkpoints (newest first, each once), then of the ensembles of the last K
+    checkpoints for each K of `ensembles`; steps: the steps it is made of."""
+    from keras_transformer.ensemble import TransformerEnsemble
     from keras_transformer.export import restore_checkpoint
     from keras_transformer.model import Transformer
     from keras_transformer.training.averaging import average_run, last_checkpoints
@@ -83,16 +89,24 @@ def candidate_models(configs, workdir, count):
             weights = average_run(workdir, averaged, workdir / f"averaged_{select}.weights.h5", select=select)
             yield f"average of the {select} {len(paths)}", [checkpoint_step(p) for p in paths], \
                 load_averaged_model(configs, weights)
+    def restored(path):
+        model = Transformer(configs.model)
+        model.build()
+        restore_checkpoint(model, path)
+        return model
+
     seen = set()
     for folder, paths in (("", last_checkpoints(workdir, count)), ("best/", best(count))):
         for path in reversed(paths):
             step = checkpoint_step(path)
             if step not in seen:
                 seen.add(step)
-                model = Transformer(configs.model)
-                model.build()
-                restore_checkpoint(model, path)
-                yield f"{folder}{pathlib.Path(path).name}", [step], model
+                yield f"{folder}{pathlib.Path(path).name}", [step], restored(path)
+    for size in ensembles:
+        paths = last_checkpoints(workdir, size)
+        if len(paths) > 1:
+            yield f"ensemble of the last {len(paths)}", [checkpoint_step(p) for p in paths], \
+                TransformerEnsemble([restored(path) for path in paths])
 
 
 def minutes_of_steps(evaluations, steps):
@@ -174,7 +188,7 @@ def main():
                                 [r for _, r in validation], configs.data.lowercase)["bleu"]
 
     best, tried = None, {}
-    for name, steps, model in candidate_models(configs, workdir, args.candidates):
+    for name, steps, model in candidate_models(configs, workdir, args.candidates, args.ensembles):
         translator = BeamSearchTranslator(model, tokenizer, configs.decode)
         bleu = val_bleu_of(translator)
         log(f"val BLEU of {name}: {bleu:.2f}")

@@ -1,12 +1,13 @@
 """Export a run as a SavedModel that translates raw strings, in the layout TF Serving watches.
 
     python -m pipelines.export --workdir runs/wmt14 [--checkpoint runs/wmt14/checkpoints/ckpt-20]
-        [--weights runs/wmt14/averaged.weights.h5] [--export-dir exported/wmt14] [--version N]
+        [--weights runs/wmt14/averaged.weights.h5 | --ensemble K] [--export-dir exported/wmt14] [--version N]
         [--max-source-length 256] [--max-beam-size 8] [--precision float32|bfloat16|float16]
         [--parallel-groups G] [--transposed-kernels on|off]
 
 Restores the run's model (its averaged.weights.h5 if it has one, else its latest checkpoint, unless
---checkpoint or --weights says otherwise), wraps it with its SentencePiece model and decoding settings
+--checkpoint or --weights says otherwise; --ensemble K: the ensemble of its last K checkpoints, whose
+next-token distributions are averaged at each step, keras_transformer.ensemble), wraps it with its SentencePiece model and decoding settings
 in a keras_transformer.export.Translator and writes --export-dir/<version> (default: the next
 number) atomically. Prints the path of the new version. --precision bfloat16 (CPUs with AVX512_BF16
 or AMX) or float16 (GPUs) stores the weights and runs the matrix products in that dtype, see
@@ -31,6 +32,9 @@ def parse_args(argv=None):
     source.add_argument("--checkpoint", type=pathlib.Path,
                         help="a checkpoint prefix (.../ckpt-20) or a directory of checkpoints (its latest)")
     source.add_argument("--weights", type=pathlib.Path, help="a Keras .weights.h5 file (e.g. averaged weights)")
+    source.add_argument("--ensemble", type=int, metavar="K",
+                        help="the ensemble of the run's last K checkpoints (a translation run; each decoding "
+                             "step costs K models' steps)")
     parser.add_argument("--export-dir", type=pathlib.Path,
                         help="where the numbered versions go (default: exported/<workdir name>)")
     parser.add_argument("--version", type=int, help="version number (default: the next one)")
@@ -68,15 +72,35 @@ def translator_class(workdir):
     return run_task(workdir).translator(workdir)
 
 
+def load_ensemble(workdir, count, task):
+    """(TransformerEnsemble of the run's last `count` checkpoints, SentencePiece proto, DecodeConfig)."""
+    from keras_transformer.ensemble import TransformerEnsemble
+    from keras_transformer.training.averaging import last_checkpoints
+
+    if task.name != "translation":
+        raise ValueError(f"--ensemble exports translation runs; {workdir} is a {task.name} run")
+    if count < 2:
+        raise ValueError(f"--ensemble {count}: an ensemble needs at least 2 checkpoints")
+    paths = last_checkpoints(workdir, count)
+    if len(paths) < count:
+        raise ValueError(f"--ensemble {count}: the run in {workdir} keeps only {len(paths)} checkpoints")
+    members = [load_model_from_workdir(workdir, checkpoint=path) for path in paths]
+    _, sentencepiece_proto, decode_config = members[0]
+    return TransformerEnsemble([model for model, _, _ in members]), sentencepiece_proto, decode_config
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     show_job_log()
     export_dir = args.export_dir or pathlib.Path("exported") / args.workdir.resolve().name
     try:
         task = run_task(args.workdir)
-        model, sentencepiece_proto, decode_config = load_model_from_workdir(
-            args.workdir, args.checkpoint, args.weights,
-            build_model=lambda config: task.model(config, args.workdir))
+        if args.ensemble is not None:
+            model, sentencepiece_proto, decode_config = load_ensemble(args.workdir, args.ensemble, task)
+        else:
+            model, sentencepiece_proto, decode_config = load_model_from_workdir(
+                args.workdir, args.checkpoint, args.weights,
+                build_model=lambda config: task.model(config, args.workdir))
         if args.parallel_groups is not None:
             decode_config = dataclasses.replace(decode_config, parallel_groups=args.parallel_groups)
         if args.transposed_kernels is not None:

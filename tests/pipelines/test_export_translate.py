@@ -139,3 +139,46 @@ def test_an_unknown_precision_is_refused_listing_the_valid_ones(tiny_workdir, tm
     assert re.search(r"invalid choice: 'int8' \(choose from '?float32'?, '?bfloat16'?, '?float16'?\)",
                      capsys.readouterr().err)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_an_ensemble_of_the_last_checkpoints_exports_and_translates_as_in_python(tiny_workdir, tmp_path, capsys):
+    import shutil
+
+    import numpy as np
+
+    from keras_transformer.ensemble import TransformerEnsemble
+    from keras_transformer.export import Translator, load_model_from_workdir
+
+    workdir = tmp_path / "run"
+    shutil.copytree(tiny_workdir, workdir)
+    model, sentencepiece_proto, decode_config = load_model_from_workdir(workdir)
+    first = [weight.numpy() for weight in model.weights]
+    shutil.rmtree(workdir / "checkpoints")  # written anew: the trained weights, then a later checkpoint that differs
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), workdir / "checkpoints", max_to_keep=2)
+    manager.save()
+    for weight in model.weights:
+        weight.assign(weight * 0.9)
+    manager.save()
+    for argv, error in ((["--ensemble", "3"], f"--ensemble 3: the run in {workdir} keeps only 2 checkpoints"),
+                        (["--ensemble", "1"], "--ensemble 1: an ensemble needs at least 2 checkpoints")):
+        with pytest.raises(SystemExit) as exit_info:
+            export_pipeline.main(["--workdir", str(workdir), "--export-dir", str(tmp_path / "refused"), *argv])
+        assert exit_info.value.code == 2 and error in capsys.readouterr().err
+    export_pipeline.main(["--workdir", str(workdir), "--export-dir", str(tmp_path / "exported"), "--ensemble", "2",
+                          "--max-beam-size", "2"])
+    version = pathlib.Path(capsys.readouterr().out.strip())
+    assert version == tmp_path / "exported" / "1"
+    served = tf.saved_model.load(str(version)).signatures["serving_default"](inputs=tf.constant(SENTENCES))
+
+    earlier = type(model)(model.config)
+    earlier.build()
+    for weight, value in zip(earlier.weights, first):
+        weight.assign(value)
+    ensemble = Translator(TransformerEnsemble([earlier, model]), sentencepiece_proto, decode_config, max_beam_size=2)
+    expected = ensemble.translate(tf.constant(SENTENCES))  # (a tf.function method keeps a weak reference to its object)
+    np.testing.assert_array_equal(served["translations"].numpy(), expected["translations"].numpy())
+    np.testing.assert_allclose(served["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
+    last = Translator(model, sentencepiece_proto, decode_config, max_beam_size=2)
+    alone = last.translate(tf.constant(SENTENCES))
+    assert not np.allclose(served["scores"].numpy(), alone["scores"].numpy())  # not the last checkpoint alone
