@@ -94,7 +94,7 @@ class DataConfig(JsonConfig):
 
     # For a data_config.json written before these fields existed: the values that read the data as
     # those runs did (RunConfigs.check_resumable).
-    LEGACY_VALUES = {"stream_regions": 1}
+    LEGACY_VALUES = {"stream_regions": 1, "subword_dropout_target": True}
     # Fields a resumed run may change: they shape the batches, not which pairs they hold or in what
     # order, so the data position means the same (RunConfigs.check_resumable).
     RESUMABLE_CHANGES = frozenset({"separate_padding"})

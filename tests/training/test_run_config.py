@@ -131,6 +131,19 @@ def test_a_workdir_from_before_a_data_field_resumes_only_as_it_read_the_data(tmp
     apply_overrides(configs, ["data.stream_regions=1"]).check_resumable(tmp_path)
 
 
+def test_a_workdir_from_before_source_only_subword_dropout_resumes_with_it_on_both_sides(tmp_path):
+    """data.subword_dropout_target came after runs that split both sides: such a run resumes with True."""
+    configs = apply_overrides(preset_configs("tiny", "numbers"), ["data.subword_dropout=0.1"])
+    configs.write(tmp_path)
+    saved = json.loads((tmp_path / "data_config.json").read_text())
+    del saved["subword_dropout_target"]
+    (tmp_path / "data_config.json").write_text(json.dumps(saved))
+    configs.check_resumable(tmp_path)
+    with pytest.raises(ValueError, match=r"data_config.json differs .*subword_dropout_target: True in the workdir, "
+                                         r"False now"):
+        apply_overrides(configs, ["data.subword_dropout_target=false"]).check_resumable(tmp_path)
+
+
 def test_runs_of_several_seeds_hold_out_the_same_pairs(tmp_path):
     """--seed (data.seed) orders the batches; generated and held-out splits follow data.split_seed,
     so runs of several seeds are scored on the same pairs. A workdir from before split_seed took its
