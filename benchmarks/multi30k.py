@@ -13,13 +13,13 @@ paper's beam 4, alpha 0.6) using each candidate: the average of the last train.c
 checkpoints, the average of the best ones by validation loss (workdir/checkpoints/best), and each
 of the last and of the best --candidates checkpoints, and with --ensembles K, the ensemble of the
 last K checkpoints (their next-token distributions averaged at each step, keras_transformer.ensemble).
-The one with the best val BLEU is chosen, on val only; then, with it, the beam size and length penalty (--beams x --alphas) with the best val
-BLEU (lowercased for a `data.lowercase` run); and that is scored on test_2016_flickr and
-test_2017_flickr, whose translations are written to <workdir>/<test set>.hypotheses.de. Prints one
-JSON line per test set: {"task": "multi30k", "test_set", "bleu", "signature", "chrf", "bleu_lc",
-"chrf_lc" (lowercased) and their signatures, "checkpoint", "val_bleu", "candidates" (val BLEU of
-each), "decodings" (val BLEU of each beam and alpha), "beam", "alpha", "steps", ...}, and writes
-<workdir>/validation.png: validation
+The one with the best val BLEU is chosen, on val only; then, with it, the beam size and length
+penalty (--beams x --alphas) with the best val BLEU (lowercased for a `data.lowercase` run); and
+that is scored on test_2016_flickr and test_2017_flickr, whose translations are written to
+<workdir>/<test set>.hypotheses.de. Prints one JSON line per test set: {"task": "multi30k",
+"test_set", "bleu", "signature", "chrf", "bleu_lc", "chrf_lc" (lowercased) and their signatures,
+"checkpoint", "val_bleu", "candidates" (val BLEU of each), "decodings" (val BLEU of each beam and
+alpha), "beam", "alpha", "steps", ...}, and writes <workdir>/validation.png: validation
 BLEU (on the first run.eval_sentences val sentences) and validation loss at each evaluation against
 training minutes (recorded with each evaluation in checkpoints/selection.json), the best
 checkpoints by loss and the chosen candidate marked.
@@ -89,6 +89,7 @@ def candidate_models(configs, workdir, count, ensembles=()):
             weights = average_run(workdir, averaged, workdir / f"averaged_{select}.weights.h5", select=select)
             yield f"average of the {select} {len(paths)}", [checkpoint_step(p) for p in paths], \
                 load_averaged_model(configs, weights)
+
     def restored(path):
         model = Transformer(configs.model)
         model.build()

@@ -7,9 +7,9 @@
 
 Restores the run's model (its averaged.weights.h5 if it has one, else its latest checkpoint, unless
 --checkpoint or --weights says otherwise; --ensemble K: the ensemble of its last K checkpoints, whose
-next-token distributions are averaged at each step, keras_transformer.ensemble), wraps it with its SentencePiece model and decoding settings
-in a keras_transformer.export.Translator and writes --export-dir/<version> (default: the next
-number) atomically. Prints the path of the new version. --precision bfloat16 (CPUs with AVX512_BF16
+next-token distributions are averaged at each step, keras_transformer.ensemble), wraps it with its
+SentencePiece model and decoding settings in a keras_transformer.export.Translator and writes
+--export-dir/<version> (default: the next number) atomically. Prints the path of the new version. --precision bfloat16 (CPUs with AVX512_BF16
 or AMX) or float16 (GPUs) stores the weights and runs the matrix products in that dtype, see
 keras_transformer.precision; float32 is the default. A run of pipelines.train_parser (its
 data_config.json names a treebank) is exported as a keras_transformer.parsing Parser, which answers
@@ -83,7 +83,8 @@ def load_ensemble(workdir, count, task):
         raise ValueError(f"--ensemble {count}: an ensemble needs at least 2 checkpoints")
     paths = last_checkpoints(workdir, count)
     if len(paths) < count:
-        raise ValueError(f"--ensemble {count}: the run in {workdir} keeps only {len(paths)} checkpoints")
+        raise ValueError(f"--ensemble {count}: the run in {workdir} keeps only {len(paths)} "
+                         f"checkpoint{'' if len(paths) == 1 else 's'}")
     members = [load_model_from_workdir(workdir, checkpoint=path) for path in paths]
     _, sentencepiece_proto, decode_config = members[0]
     return TransformerEnsemble([model for model, _, _ in members]), sentencepiece_proto, decode_config
