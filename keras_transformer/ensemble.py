@@ -24,11 +24,10 @@ from keras_transformer.decoding.beam_search import gather_rows
 
 def _log_softmax_blocks(logits):
     """A step function's logits (N, V) or blocks [(N, V_i)] -> float32 log-probability blocks,
-    normalised over all of them together."""
+    normalised over all of them together (selection.log_normalizer, given each block's best column)."""
     blocks = selection.logit_blocks(logits)
-    normalizer = tf.reduce_logsumexp(
-        tf.concat([tf.reduce_logsumexp(block, axis=-1, keepdims=True) for block in blocks], axis=-1),
-        axis=-1, keepdims=True)  # (N, 1)
+    block_best = [tf.argmax(block, axis=-1, output_type=tf.int32) for block in blocks]  # [(N,)]
+    normalizer = selection.log_normalizer(blocks, block_best)[:, None]  # (N, 1)
     return [block - normalizer for block in blocks]
 
 
