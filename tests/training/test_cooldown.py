@@ -61,6 +61,15 @@ def _batch_end(clock, model, limit, step, seconds):
     limit.on_train_batch_end(step - 1)
 
 
+def _limited_model(config, checkpoints, minutes):
+    """(a compiled tiny model, the TrainingTimeLimit of `minutes` set on it, saving into `checkpoints`)."""
+    model = _model(config)
+    limit = run_module.TrainingTimeLimit(RunCheckpoint(checkpoints, model, DataPosition()), minutes,
+                                         config.cooldown_fraction)
+    limit.set_model(model)
+    return model, limit
+
+
 def _model(config):
     model = TrainingTransformer(TransformerConfig.from_preset("tiny", vocab_size=30))
     model.compile(optimizer=paper_optimizer(64, config))
@@ -75,10 +84,7 @@ def test_a_time_budget_starts_the_cooldown_with_its_fraction_left_and_stops_at_i
     clock = Clock(1000.0)
     monkeypatch.setattr(run_module.time, "monotonic", clock)
     config = TrainConfig(train_steps=10_000, warmup_steps=10, cooldown_fraction=0.25)
-    model = _model(config)
-    run_checkpoint = RunCheckpoint(tmp_path / "checkpoints", model, DataPosition())
-    limit = run_module.TrainingTimeLimit(run_checkpoint, 10.0, config.cooldown_fraction)
-    limit.set_model(model)
+    model, limit = _limited_model(config, tmp_path / "checkpoints", 10.0)
     cooldown = schedule_cooldown(model.optimizer)
     assert (float(cooldown.start), float(cooldown.end)) == (7500.0, 10_000.0)  # train_steps' own
 
@@ -97,7 +103,7 @@ def test_a_time_budget_starts_the_cooldown_with_its_fraction_left_and_stops_at_i
     assert float(cooldown.end) == 770.0 and not model.stop_training
     batch_end(770, 560.0)
     assert model.stop_training and limit.reached
-    assert run_checkpoint.manager.latest_checkpoint.endswith("ckpt-770")
+    assert limit.run_checkpoint.manager.latest_checkpoint.endswith("ckpt-770")
 
     restored = _model(config)
     RunCheckpoint(tmp_path / "checkpoints", restored, DataPosition()).restore_latest()
@@ -115,10 +121,7 @@ def test_a_cooldown_planned_in_steps_that_starts_before_the_budgets_is_kept(tmp_
     config = TrainConfig(train_steps=1000, warmup_steps=10, cooldown_fraction=0.25)
     for minutes in (10.0, 20.0):
         clock.now = 0.0  # the budget counts from here
-        model = _model(config)
-        limit = run_module.TrainingTimeLimit(RunCheckpoint(tmp_path / f"checkpoints-{minutes}", model, DataPosition()),
-                                             minutes, config.cooldown_fraction)
-        limit.set_model(model)
+        model, limit = _limited_model(config, tmp_path / f"checkpoints-{minutes}", minutes)
         cooldown = schedule_cooldown(model.optimizer)
         # the first step, then step 800 (cooling since 750) when the budget's cooldown would be due
         for step, seconds in [(1, 0.0), (800, 60.0 * minutes * 0.75), (999, 60.0 * minutes * 0.8)]:
@@ -134,10 +137,7 @@ def test_the_deadline_still_stops_a_run_whose_cooldown_would_end_later(tmp_path,
     clock = Clock(0.0)
     monkeypatch.setattr(run_module.time, "monotonic", clock)
     config = TrainConfig(train_steps=10_000, warmup_steps=10, cooldown_fraction=0.5)
-    model = _model(config)
-    limit = run_module.TrainingTimeLimit(RunCheckpoint(tmp_path / "checkpoints", model, DataPosition()), 1.0,
-                                         config.cooldown_fraction)
-    limit.set_model(model)
+    model, limit = _limited_model(config, tmp_path / "checkpoints", 1.0)
     for step, seconds in [(1, 0.0), (31, 30.0), (40, 59.9)]:
         _batch_end(clock, model, limit, step, seconds)
     assert float(schedule_cooldown(model.optimizer).end) == 61.0 and not model.stop_training
