@@ -118,6 +118,14 @@ class TransformerConfig(JsonConfig):
         A sentence of n words has n tag terms and n (n + 1) / 2 span terms, so the tags get a small
         share of the encoder's gradient; Kitaev et al. (ACL 2019, benepar) weigh their tag loss by
         5. Only a span parser takes another value.
+      span_char_filters: the span parser's character features (parsing.span_model), 0 (off) or the
+        filters of its character CNN: each word's characters (its pieces' text, SentencePiece's
+        normalization applied; the first and last 8 of a longer word) are embedded, convolved (width
+        3, ReLU) and max-pooled, and a projection of the result is added to the embedding of each of
+        the word's pieces before the encoder, so that a word the vocabulary splits (a rare one) is
+        read by its spelling too: its suffix, its capitals, its digits. The character-level word
+        representations of Kitaev and Klein (2018), there a character LSTM; Ma and Hovy (ACL 2016)
+        tag with a CNN such as this one. Only a span parser takes another value.
     """
 
     vocab_size: int = 37000
@@ -142,6 +150,7 @@ class TransformerConfig(JsonConfig):
     aligned_next: bool = False
     rdrop_alpha: float = 0.0
     span_tag_loss_weight: float = 1.0
+    span_char_filters: int = 0
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -174,6 +183,9 @@ class TransformerConfig(JsonConfig):
         weight = self.span_tag_loss_weight
         _require(isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
                  and weight > 0, f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {weight!r}")
+        _require(isinstance(self.span_char_filters, int) and not isinstance(self.span_char_filters, bool)
+                 and self.span_char_filters >= 0,
+                 f"TransformerConfig.span_char_filters must be an integer >= 0 (0: off); got {self.span_char_filters!r}")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

@@ -72,11 +72,15 @@ class TokenLossModel(keras.Model):
         self.source_word_dropout = word_dropout(c, "source_word_dropout")
         self.encoder = Encoder(num_layers=c.num_layers, **stack_arguments(c), name="encoder")
 
-    def encode(self, source_ids, training=False):
-        """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S)."""
+    def encode(self, source_ids, training=False, source_additions=None):
+        """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S). source_additions:
+        None, or (B, S, D) vectors added to the pieces' embeddings (a span parser's character
+        features), before word dropout and the positional encoding."""
         source_ids = tf.cast(source_ids, tf.int32)
         source_padding_mask = masking.padding_mask(source_ids)
         x = self.source_embedding(source_ids)
+        if source_additions is not None:
+            x = x + tf.cast(source_additions, x.dtype)
         if self.source_word_dropout is not None:
             x = self.source_word_dropout(x, training=training)
         x = self.source_dropout(self.source_positional(x), training=training)
@@ -259,6 +263,9 @@ class Transformer(TokenLossModel):
         if c.span_tag_loss_weight != 1:
             raise ValueError(f"span_tag_loss_weight={c.span_tag_loss_weight} weighs a span parser's tag loss; the "
                              "Transformer has none: leave it at 1")
+        if c.span_char_filters:
+            raise ValueError(f"span_char_filters={c.span_char_filters} gives a span parser character features; the "
+                             "Transformer has none: leave it at 0")
         if c.tie_embeddings:
             shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
             self._add_encoder_side(shared)

@@ -75,6 +75,65 @@ def word_pieces(tokenize, sentences):
     return source.to_tensor(), positions(starts), positions(ends), tf.cast(words.row_lengths(), tf.int32)
 
 
+# Character features (TransformerConfig.span_char_filters). Character ids: 0 padding, 1 a word's
+# start, 2 its end, 3 a piece with no text of its own (a byte of byte fallback, UNK), 4 + the code
+# point modulo CHAR_IDS - 4 (hashed: no character vocabulary to keep; the code points a vocabulary
+# for European text holds seldom share an id).
+CHAR_IDS = 1024
+_WORD_BEGIN, _WORD_END, _NO_TEXT, _FIRST_CHAR = 1, 2, 3, 4
+PIECE_CHARS = 16  # the characters kept of a piece (the first ones); longer pieces are rare
+WORD_CHARS = 16  # the characters kept of a word: a longer one keeps its first and last WORD_CHARS / 2
+CHAR_EMBEDDING = 32  # width of a character's embedding
+CHAR_WIDTH = 3  # the convolution's width, in characters
+
+
+def piece_character_table(sentencepiece_proto: bytes, vocab_size: int) -> np.ndarray:
+    """(V, PIECE_CHARS) int32: the character ids of each piece's text (SentencePiece's space mark
+    left out), 0-padded; _NO_TEXT for a piece that stands for no text of its own (bytes, UNK, the
+    control pieces). Training (SpanTargets) and parsing (SpanParser) read a word's characters from
+    its pieces through this table, so both see the same ones."""
+    proto = sentencepiece_model_pb2.ModelProto.FromString(sentencepiece_proto)
+    kinds = sentencepiece_model_pb2.ModelProto.SentencePiece.Type
+    table = np.zeros([vocab_size, PIECE_CHARS], np.int32)
+    table[:, 0] = _NO_TEXT
+    for index, piece in enumerate(proto.pieces[:vocab_size]):
+        if piece.type not in (kinds.NORMAL, kinds.USER_DEFINED):
+            continue
+        text = piece.piece.replace(_WORD_MARK, "")[:PIECE_CHARS]
+        table[index] = 0
+        table[index, :len(text)] = [_FIRST_CHAR + ord(char) % (CHAR_IDS - _FIRST_CHAR) for char in text]
+    return table
+
+
+def word_characters(source_ids, word_starts, word_ends, word_counts, table):
+    """In-graph: word_pieces' (or source_word_positions') outputs and piece_character_table's table
+    -> (B, N, WORD_CHARS + 2) int32, each word's character ids: _WORD_BEGIN, the characters of its
+    pieces in order (the first and last WORD_CHARS / 2 of a longer word), _WORD_END, 0-padded; rows
+    past a sentence's words are 0."""
+    source_ids = tf.cast(source_ids, tf.int32)
+    batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+    width = tf.shape(word_starts)[1] - 2
+    is_word = tf.sequence_mask(word_counts, width)  # (B, N)
+    starts, ends = tf.boolean_mask(word_starts[:, 1:-1], is_word), tf.boolean_mask(word_ends[:, 1:-1], is_word)
+    rows = tf.boolean_mask(tf.broadcast_to(tf.range(batch)[:, None], tf.shape(is_word)), is_word)  # (W,)
+    positions = tf.ragged.range(starts, ends + 1)  # (W, None): each word's pieces
+    flat = tf.reshape(source_ids, [-1])
+    pieces = tf.gather(flat, positions.flat_values + tf.gather(rows, positions.value_rowids()) * length)
+    piece_chars = tf.RaggedTensor.from_tensor(tf.gather(table, pieces), padding=0)  # (P, None)
+    chars = tf.RaggedTensor.from_row_lengths(piece_chars, positions.row_lengths()).merge_dims(1, 2)  # (W, None)
+    counts = tf.cast(chars.row_lengths(), tf.int32)[:, None]  # (W, 1)
+    dense = chars.to_tensor(0)
+    dense = tf.pad(dense, [[0, 0], [0, tf.maximum(WORD_CHARS - tf.shape(dense)[1], 0)]])  # (W, >= WORD_CHARS)
+    kept = tf.range(WORD_CHARS)[None, :]  # (1, WORD_CHARS)
+    half = WORD_CHARS // 2
+    picked = tf.where((kept < half) | (counts <= WORD_CHARS), kept, counts - WORD_CHARS + kept)
+    kept_chars = tf.where(kept < tf.minimum(counts, WORD_CHARS), tf.gather(dense, picked, batch_dims=1), 0)
+    columns = tf.range(WORD_CHARS + 2)[None, :]
+    marked = tf.pad(kept_chars, [[0, 0], [1, 1]])
+    marked = tf.where(columns == 0, _WORD_BEGIN, tf.where(columns == tf.minimum(counts, WORD_CHARS) + 1, _WORD_END, marked))
+    return tf.scatter_nd(tf.cast(tf.where(is_word), tf.int32), marked, tf.stack([batch, width, WORD_CHARS + 2]))
+
+
 def source_word_positions(source_ids, word_starts_table):
     """In-graph, from the training stream's source ids (B, S) (pieces, EOS, padding) and the
     vocabulary's word-start table (V,) bool: what word_pieces gives for raw sentences, (source_ids
@@ -115,6 +174,7 @@ class SpanTargets:
             match = DEPTH_TOKEN.match(pieces[index].piece[len(_WORD_MARK):])
             changes[index], lcas[index] = int(match.group(1)), span_labels.label_id(match.group(2))
         self.word_starts = tf.constant(word_start_pieces(sentencepiece_proto, vocab_size))
+        self.piece_characters = tf.constant(piece_character_table(sentencepiece_proto, vocab_size))
         self.tags, self.unaries = tf.constant(tags), tf.constant(unaries)
         self.changes, self.lcas = tf.constant(changes), tf.constant(lcas)
         self.depth = tf.constant(classes == DEPTH)
@@ -183,21 +243,51 @@ class SpanParserModel(TokenLossModel):
         self.tag_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="tag_norm")
         self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
         self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros", dtype="float32")
+        if c.span_char_filters:
+            self.char_embedding = keras.layers.Embedding(CHAR_IDS, CHAR_EMBEDDING, name="char_embedding")
+            self.char_convolution = keras.layers.Conv1D(c.span_char_filters, CHAR_WIDTH, padding="same",
+                                                        activation="relu", name="char_convolution")
+            self.char_projection = keras.layers.Dense(c.d_model, name="char_projection")
 
     def build(self, input_shape=None):
         if self.built:
             return
         ids = tf.constant([[BOS_ID, 5, EOS_ID]], tf.int32)
         positions = tf.constant([[0, 1, 2]], tf.int32)
-        self.span_scores(ids, positions, positions, tf.constant([1]), training=False)
+        chars = tf.constant([[[_WORD_BEGIN, _FIRST_CHAR, _WORD_END] + [0] * (WORD_CHARS - 1)]], tf.int32)
+        self.span_scores(ids, positions, positions, tf.constant([1]), training=False,
+                         word_chars=chars if self.config.span_char_filters else None)
         super().build(input_shape)
 
-    def word_vectors(self, source_ids, word_starts, word_ends, training=None):
-        """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D)."""
-        memory, _ = self.encode(source_ids, training=training)
+    def word_vectors(self, source_ids, word_starts, word_ends, training=None, word_chars=None):
+        """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D). word_chars:
+        word_characters' (B, N, WORD_CHARS + 2), which a model with character features needs."""
+        memory, _ = self.encode(source_ids, training=training,
+                                source_additions=self.character_features(source_ids, word_starts, word_ends, word_chars))
         first = tf.gather(memory, word_starts, batch_dims=1)
         last = tf.gather(memory, word_ends, batch_dims=1)
         return self.word_projection(tf.concat([first, last], axis=-1))
+
+    def character_features(self, source_ids, word_starts, word_ends, word_chars):
+        """(B, S, D): each piece's share of its word's character features (TransformerConfig.
+        span_char_filters): a projection of the max over the word's characters of a convolution of
+        their embeddings; 0 at BOS, EOS and padding. None for a model without character features."""
+        if not self.config.span_char_filters:
+            return None
+        if word_chars is None:
+            raise ValueError("this span parser reads each word's characters (span_char_filters="
+                             f"{self.config.span_char_filters}): give span_scores word_characters' word_chars")
+        word_chars = tf.cast(word_chars, tf.int32)
+        batch, width, chars = tf.shape(word_chars)[0], tf.shape(word_chars)[1], tf.shape(word_chars)[2]
+        flat = tf.reshape(word_chars, [batch * width, chars])
+        hidden = self.char_convolution(self.char_embedding(flat))  # (B N, C, F), ReLU: >= 0
+        hidden = tf.reduce_max(tf.where((flat > 0)[:, :, None], hidden, tf.zeros_like(hidden)), axis=1)
+        vectors = self.char_projection(tf.reshape(hidden, [batch, width, self.config.span_char_filters]))  # (B, N, D)
+        positions = tf.range(tf.shape(source_ids)[1])[None, :, None]  # (1, S, 1)
+        is_word = (word_chars[:, None, :, 0] == _WORD_BEGIN)  # (B, 1, N)
+        cover = (is_word & (positions >= word_starts[:, None, 1:width + 1])
+                 & (positions <= word_ends[:, None, 1:width + 1]))  # (B, S, N): piece s is of word n
+        return tf.einsum("bsn,bnd->bsd", tf.cast(cover, vectors.dtype), vectors)
 
     def span_logits(self, words, positions):
         """(B, N + 2, D) word vectors and span_positions (K, 3) -> the spans' label logits (K, L),
@@ -212,11 +302,12 @@ class SpanParserModel(TokenLossModel):
         """(B, N + 2, D) word vectors -> (B, N, num_tags)."""
         return self.tag_output(tf.nn.relu(self.tag_norm(self.tag_hidden(words[:, 1:-1]))))
 
-    def span_scores(self, source_ids, word_starts, word_ends, word_counts, training=None):
+    def span_scores(self, source_ids, word_starts, word_ends, word_counts, training=None, word_chars=None):
         """word_pieces' outputs (source_ids (B, S) with BOS, word_starts, word_ends (B, N + 2),
         word_counts (B,)) -> (span_logits (B, N + 1, N + 1, L) float32, 0 where no span is;
-        tag_logits (B, N, num_tags))."""
-        words = self.word_vectors(source_ids, word_starts, word_ends, training=training)
+        tag_logits (B, N, num_tags)). word_chars: word_characters' of the same, for a model with
+        character features (TransformerConfig.span_char_filters)."""
+        words = self.word_vectors(source_ids, word_starts, word_ends, training=training, word_chars=word_chars)
         width = tf.shape(words)[1] - 1
         positions = span_positions(word_counts, width)
         chart_shape = tf.stack([tf.shape(words)[0], width, width, self.num_labels])
@@ -228,7 +319,10 @@ class SpanParserModel(TokenLossModel):
             raise ValueError("this SpanParserModel has no SpanTargets: it scores word_pieces' outputs (span_scores) "
                              "but cannot read the training stream's batches")
         source_ids, word_starts, word_ends, word_counts = source_word_positions(inputs[0], self.targets.word_starts)
-        words = self.word_vectors(source_ids, word_starts, word_ends, training=training)
+        word_chars = None
+        if self.config.span_char_filters:
+            word_chars = word_characters(source_ids, word_starts, word_ends, word_counts, self.targets.piece_characters)
+        words = self.word_vectors(source_ids, word_starts, word_ends, training=training, word_chars=word_chars)
         positions = span_positions(word_counts, tf.shape(words)[1] - 1)
         return self.span_logits(words, positions), positions, self.tag_logits(words), word_counts
 

@@ -28,7 +28,7 @@ from keras_transformer.export import HOST, Translator
 from keras_transformer.files import write_text_atomically
 from keras_transformer.parsing.parser import Parser, TagDictionaryTables, escape_words
 from keras_transformer.parsing.span_charts import trees_from_span_scores
-from keras_transformer.parsing.span_model import word_pieces
+from keras_transformer.parsing.span_model import piece_character_table, word_characters, word_pieces
 from keras_transformer.parsing.spans import tree_spans
 from keras_transformer.parsing.trees import parse_tree
 from keras_transformer.training.summaries import figure_png
@@ -95,6 +95,9 @@ class SpanParser(Translator):
         if span_labels is None:
             raise ValueError("a SpanParser needs the run's span labels (spans.SpanLabels.read(workdir))")
         self.span_labels = span_labels
+        self._piece_characters = None  # a model with character features reads each word's through this table
+        if model.config.span_char_filters:
+            self._piece_characters = tf.constant(piece_character_table(sentencepiece_proto, model.config.vocab_size))
         self.constituent_bias = float(constituent_bias)
         self.tag_dictionary = tag_dictionary
         if tag_dictionary is not None:
@@ -117,14 +120,15 @@ class SpanParser(Translator):
         """Trees (B,) of raw sentences (B,)."""
         words, sentences = Parser._words(inputs)
         with tf.device(HOST):
-            source_ids, starts, ends, counts = word_pieces(self._sentencepiece().tokenize, sentences)
+            source_ids, starts, ends, counts, chars = self._word_pieces(sentences)
         limit = self.model.config.max_length
         check = tf.debugging.assert_less_equal(
             tf.shape(source_ids)[1], limit,
             message=f"a sentence is too long for this parser: its SentencePiece pieces with BOS and EOS are more "
                     f"than the model's max_length, {limit}")
         with tf.control_dependencies([check]):
-            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False)
+            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False,
+                                                             word_chars=chars)
         log_probs = tf.nn.log_softmax(span_logits)
         if self.tag_dictionary is not None:
             allowed = tf.gather(self._tag_tables.row_masks, self._tag_tables.word_rows(words))  # (B, N, tags)
@@ -134,12 +138,20 @@ class SpanParser(Translator):
             return trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,
                                           self.span_labels.labels, self.span_labels.tags, self.constituent_bias)
 
+    def _word_pieces(self, sentences):
+        """word_pieces' outputs and, for a model with character features, word_characters' (else None)."""
+        source_ids, starts, ends, counts = word_pieces(self._sentencepiece().tokenize, sentences)
+        chars = None
+        if self._piece_characters is not None:
+            chars = word_characters(source_ids, starts, ends, counts, self._piece_characters)
+        return source_ids, starts, ends, counts, chars
+
     def span_chart(self, sentence: str):
         """(words, log-odds (n + 1, n + 1)) of one sentence: [i, j] is span (i, j)'s best label's
         log p less log p(no constituent), as best_spans scores it before the bias (i < j)."""
         words, sentences = Parser._words(tf.constant([sentence]))
-        span_logits, _ = self.model.span_scores(*word_pieces(self._sentencepiece().tokenize, sentences),
-                                                training=False)
+        source_ids, starts, ends, counts, chars = self._word_pieces(sentences)
+        span_logits, _ = self.model.span_scores(source_ids, starts, ends, counts, training=False, word_chars=chars)
         log_probs = tf.nn.log_softmax(span_logits[0]).numpy()
         return ([word.decode("utf-8") for word in escape_words(words).to_list()[0]],
                 log_probs[:, :, 1:].max(axis=-1) - log_probs[:, :, 0])

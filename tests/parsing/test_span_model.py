@@ -19,8 +19,9 @@ from keras_transformer.parsing.span_charts import gold_span_labels
 from keras_transformer.layers.positional import positional_layer
 from keras_transformer.model import Transformer
 from keras_transformer.optimizers import Adam
-from keras_transformer.parsing.span_model import (SpanParserLoss, SpanParserModel, SpanTargets, TrainingSpanParser,
-                                                  source_word_positions, span_parser_loss, word_pieces)
+from keras_transformer.parsing.span_model import (CHAR_IDS, WORD_CHARS, SpanParserLoss, SpanParserModel, SpanTargets,
+                                                  TrainingSpanParser, piece_character_table, source_word_positions,
+                                                  span_parser_loss, word_characters, word_pieces)
 from keras_transformer.precision import model_in_precision, set_dtype_policy
 from keras_transformer.parsing.span_parser import SpanParser, read_constituent_bias, write_constituent_bias
 from keras_transformer.parsing.spans import SpanLabels, parse_from_scores, tree_spans
@@ -378,3 +379,143 @@ def test_a_span_parser_with_a_tag_dictionary_tags_every_word_as_it_allows(depth_
     plain = SpanParser(model, tokenizer.model_proto, span_labels=span_labels)
     unconstrained = [parse_tree(tree.decode()).tags() for tree in plain.parse(tf.constant(sentences))["trees"].numpy()]
     assert unconstrained != [tree.tags() for tree in answers]  # the random model alone tags otherwise
+
+
+def spelled(word):
+    """word_characters' row for a word, written out: begin, the code points' ids (the first and last
+    WORD_CHARS / 2 of a longer word), end, padding."""
+    ids = [4 + ord(char) % (CHAR_IDS - 4) for char in word]
+    if len(ids) > WORD_CHARS:
+        ids = ids[:WORD_CHARS // 2] + ids[-(WORD_CHARS // 2):]
+    return [1] + ids + [2] + [0] * (WORD_CHARS - len(ids))
+
+
+def test_word_characters_spell_each_word_from_its_pieces(depth_run):
+    """From raw sentences (word_pieces) and from the training stream's ids (source_word_positions)
+    alike: each word's characters as written, a long word's ends, a word of byte pieces (a character
+    the vocabulary lacks) as one no-text id a byte, and nothing past a sentence's words."""
+    trees, pairs, tokenizer, _, targets = depth_run
+    table = piece_character_table(tokenizer.model_proto, tokenizer.vocab_size)
+    np.testing.assert_array_equal(table, targets.piece_characters.numpy())
+    long_word = "antidisestablishmentarianism"
+    sentences = [source for source, _ in pairs[:6]] + [f"the {long_word} ж .", "a"]
+    from_text = word_pieces(tokenizer.tokenize, tf.constant(sentences))
+    chars = word_characters(*from_text, table).numpy()
+    assert chars.shape[1:] == (max(len(sentence.split()) for sentence in sentences), WORD_CHARS + 2)
+    for row, sentence in enumerate(sentences):
+        words = sentence.split()
+        for index, word in enumerate(words):
+            if word != "ж":
+                assert chars[row, index].tolist() == spelled(word), word
+        assert not chars[row, len(words):].any()
+    pieces = tokenizer.tokenize(tf.constant(["ж"])).to_list()[0]
+    assert len(pieces) == 3  # the space mark alone ("▁": no characters) and the two bytes of ж
+    assert chars[6, 2].tolist() == [1, 3, 3, 2] + [0] * (WORD_CHARS - 2)
+    source_ids, _ = stream_batch(tokenizer, [(sentence, "") for sentence in sentences])
+    from_ids = source_word_positions(source_ids, targets.word_starts)
+    np.testing.assert_array_equal(word_characters(*from_ids, targets.piece_characters).numpy(), chars)
+
+
+def char_model(tokenizer, span_labels, filters=8, targets=None):
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=64, dropout_rate=0.0, span_char_filters=filters)
+    model = SpanParserModel(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32, targets=targets)
+    model.build()
+    return model
+
+
+def test_character_features_reach_each_words_pieces_and_only_them(depth_run):
+    """span_char_filters: a span parser without the words' characters is refused; each piece of a word
+    gets the word's character vector (BOS, EOS and padding none); a sentence's scores do not depend on
+    its batch; and changing one word's spelling alone (the same pieces) changes the scores."""
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    keras.utils.set_random_seed(11)
+    model = char_model(tokenizer, span_labels)
+    plain = small_model(tokenizer, span_labels)
+    paths = sorted(w.path.split("/", 1)[-1] for w in model.weights)  # without the model's name
+    assert [path for path in paths if not path.startswith("char_")] == sorted(
+        w.path.split("/", 1)[-1] for w in plain.weights)
+    assert [path for path in paths if path.startswith("char_")] == [
+        "char_convolution/bias", "char_convolution/kernel", "char_embedding/embeddings", "char_projection/bias",
+        "char_projection/kernel"]
+    sentences = tf.constant([" ".join(trees[0].words()), " ".join(max(trees[:20], key=lambda t: len(t.words())).words())])
+    source_ids, starts, ends, counts = features = word_pieces(tokenizer.tokenize, sentences)
+    chars = word_characters(*features, targets.piece_characters)
+    with pytest.raises(ValueError, match="give span_scores word_characters' word_chars"):
+        model.span_scores(*features)
+    additions = model.character_features(source_ids, starts, ends, chars).numpy()
+    for row in range(2):
+        n = int(counts[row])
+        assert not additions[row, 0].any() and not additions[row, ends[row, n + 1]:].any()
+        for index in range(1, n + 1):
+            word = additions[row, starts[row, index]:ends[row, index] + 1]
+            np.testing.assert_array_equal(word, np.broadcast_to(word[0], word.shape))
+            assert np.abs(word[0]).sum() > 0
+            if index > 1:
+                assert not np.allclose(word[0], additions[row, starts[row, index - 1]])
+    spans, tags = model.span_scores(*features, word_chars=chars)
+    alone_features = word_pieces(tokenizer.tokenize, sentences[:1])
+    alone_spans, alone_tags = model.span_scores(*alone_features,
+                                                word_chars=word_characters(*alone_features, targets.piece_characters))
+    n = int(counts[0])
+    np.testing.assert_allclose(spans[0, :n + 1, :n + 1], alone_spans[0], atol=1e-5)
+    np.testing.assert_allclose(tags[0, :n], alone_tags[0], atol=1e-5)
+    respelled = chars.numpy().copy()
+    respelled[0, 0, 1] += 1  # the first word's first character, its pieces unchanged
+    other_spans, other_tags = model.span_scores(*features, word_chars=respelled)
+    assert not np.allclose(other_tags[0, 0], tags[0, 0]) and not np.allclose(other_spans[0], spans[0])
+    np.testing.assert_allclose(other_spans[1], spans[1], atol=1e-5)
+
+
+def test_a_training_step_with_character_features_trains_them(depth_run):
+    """TrainingSpanParser reads the characters from the stream's ids (SpanTargets' table): one step
+    changes the character layers' weights, and its loss is the span parser loss of the model's own
+    span_scores on the same sentences."""
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    source_ids, target_ids = stream_batch(tokenizer, pairs[:6])
+    target_input = tf.pad(target_ids[:, :-1], [[0, 0], [1, 0]], constant_values=BOS_ID)
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=128, dropout_rate=0.0, span_char_filters=8)
+    keras.utils.set_random_seed(2)
+    model = TrainingSpanParser(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32, targets=targets)
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    model.prepare_for_training()
+    features = word_pieces(tokenizer.tokenize, tf.constant([source for source, _ in pairs[:6]]))
+    spans, tags = model.span_scores(*features, word_chars=word_characters(*features, targets.piece_characters))
+    gold_spans, gold_tags = gold_arrays(trees[:6], span_labels)
+    expected = float(span_parser_loss(spans, tags, gold_spans, gold_tags))
+    before = {w.path: w.numpy() for w in model.weights if "/char_" in w.path}
+    logs = model.train_on_batch((source_ids, target_input), target_ids, return_dict=True)
+    assert logs["loss"] == pytest.approx(expected, rel=1e-5)
+    assert len(before) == 5 and all(not np.allclose(w.numpy(), before[w.path]) for w in model.weights
+                                    if w.path in before)
+
+
+def test_the_span_parser_with_character_features_parses_and_exports(depth_run, tmp_path):
+    """SpanParser reads the characters itself (from its vocabulary), in float32 and in bfloat16 (the
+    copy keeps the character layers), and a SavedModel of it parses as it does; the Transformer and
+    a negative width are refused."""
+    trees, _, tokenizer, span_labels, targets = depth_run
+    keras.utils.set_random_seed(4)
+    model = char_model(tokenizer, span_labels, targets=targets)
+    sentences = tf.constant([" ".join(tree.words()) for tree in trees[:5]] + [""])
+    parser = SpanParser(model, tokenizer.model_proto, span_labels=span_labels)
+    answers = parser.parse(sentences)["trees"].numpy().tolist()
+    assert answers[-1] == b""
+    assert [parse_tree(tree.decode()).words() for tree in answers[:-1]] == [tree.words() for tree in trees[:5]]
+    words, log_odds = parser.span_chart(" ".join(trees[0].words()))
+    assert log_odds.shape == (len(words) + 1, len(words) + 1)
+    reduced = model_in_precision(model, "bfloat16")
+    assert reduced.char_convolution.compute_dtype == "bfloat16"
+    features = word_pieces(tokenizer.tokenize, sentences)
+    chars = word_characters(*features, targets.piece_characters)
+    np.testing.assert_allclose(reduced.span_scores(*features, word_chars=chars)[0].numpy(),
+                               model.span_scores(*features, word_chars=chars)[0].numpy(), atol=0.1)
+    tf.saved_model.save(parser, str(tmp_path / "saved"), signatures=parser.signatures())
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    assert loaded.signatures["serving_default"](inputs=sentences)["trees"].numpy().tolist() == answers
+    with pytest.raises(ValueError, match="span_char_filters=8 gives a span parser character features"):
+        Transformer(model.config)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="span_char_filters must be an integer >= 0"):
+            dataclasses.replace(model.config, span_char_filters=bad)

@@ -118,6 +118,23 @@ def test_the_span_parser_trains_resumes_and_parses(toy_treebank, tmp_path):
     parse_with_run_and_saved_model(workdir, saved_model, tmp_path)
 
 
+@pytest.mark.slow
+def test_the_span_parser_with_character_features_trains_exports_and_parses(toy_treebank, tmp_path):
+    """model.span_char_filters through the job: trained, its character layers in the checkpoints and
+    the SavedModel (core ops and SentencePiece's only), which parses as the run directory does."""
+    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
+    command = [*train_command(toy_treebank, workdir, export_dir, 20), "--parser", "span",
+               "--set", "model.span_char_filters=16"]
+    stdout, _ = run_module("pipelines.train_parser", *command)
+    assert re.search(r"^test \(20 steps.* 12 sentences", stdout, flags=re.M), stdout
+    assert json.loads((workdir / "model_config.json").read_text())["span_char_filters"] == 16
+    listed = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
+    registered = listed["registered"]
+    assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
+    assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
+    parse_with_run_and_saved_model(workdir, export_dir, tmp_path)
+
+
 @pytest.mark.parametrize("text, line, what", [
     ("(S (NP (NN a)) (VP (VB b)))\n(S (NP (NN a)) (VP (VB b))\n", 2, "never closed"),
     ("(S (NP (NN a)) (VP (VB b)))\nnot a tree\n", 2, "text outside any tree"),
