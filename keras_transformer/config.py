@@ -183,9 +183,9 @@ class TransformerConfig(JsonConfig):
         weight = self.span_tag_loss_weight
         _require(isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
                  and weight > 0, f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {weight!r}")
-        _require(isinstance(self.span_char_filters, int) and not isinstance(self.span_char_filters, bool)
-                 and self.span_char_filters >= 0,
-                 f"TransformerConfig.span_char_filters must be an integer >= 0 (0: off); got {self.span_char_filters!r}")
+        filters = self.span_char_filters
+        _require(isinstance(filters, int) and not isinstance(filters, bool) and filters >= 0,
+                 f"TransformerConfig.span_char_filters must be an integer >= 0 (0: off); got {filters!r}")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

@@ -130,7 +130,8 @@ def word_characters(source_ids, word_starts, word_ends, word_counts, table):
     kept_chars = tf.where(kept < tf.minimum(counts, WORD_CHARS), tf.gather(dense, picked, batch_dims=1), 0)
     columns = tf.range(WORD_CHARS + 2)[None, :]
     marked = tf.pad(kept_chars, [[0, 0], [1, 1]])
-    marked = tf.where(columns == 0, _WORD_BEGIN, tf.where(columns == tf.minimum(counts, WORD_CHARS) + 1, _WORD_END, marked))
+    marked = tf.where(columns == tf.minimum(counts, WORD_CHARS) + 1, _WORD_END, marked)
+    marked = tf.where(columns == 0, _WORD_BEGIN, marked)
     return tf.scatter_nd(tf.cast(tf.where(is_word), tf.int32), marked, tf.stack([batch, width, WORD_CHARS + 2]))
 
 
@@ -262,8 +263,8 @@ class SpanParserModel(TokenLossModel):
     def word_vectors(self, source_ids, word_starts, word_ends, training=None, word_chars=None):
         """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D). word_chars:
         word_characters' (B, N, WORD_CHARS + 2), which a model with character features needs."""
-        memory, _ = self.encode(source_ids, training=training,
-                                source_additions=self.character_features(source_ids, word_starts, word_ends, word_chars))
+        characters = self.character_features(source_ids, word_starts, word_ends, word_chars)
+        memory, _ = self.encode(source_ids, training=training, source_additions=characters)
         first = tf.gather(memory, word_starts, batch_dims=1)
         last = tf.gather(memory, word_ends, batch_dims=1)
         return self.word_projection(tf.concat([first, last], axis=-1))

@@ -438,7 +438,8 @@ def test_character_features_reach_each_words_pieces_and_only_them(depth_run):
     assert [path for path in paths if path.startswith("char_")] == [
         "char_convolution/bias", "char_convolution/kernel", "char_embedding/embeddings", "char_projection/bias",
         "char_projection/kernel"]
-    sentences = tf.constant([" ".join(trees[0].words()), " ".join(max(trees[:20], key=lambda t: len(t.words())).words())])
+    longest = max(trees[:20], key=lambda tree: len(tree.words()))
+    sentences = tf.constant([" ".join(trees[0].words()), " ".join(longest.words())])
     source_ids, starts, ends, counts = features = word_pieces(tokenizer.tokenize, sentences)
     chars = word_characters(*features, targets.piece_characters)
     with pytest.raises(ValueError, match="give span_scores word_characters' word_chars"):
