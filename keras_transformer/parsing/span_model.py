@@ -244,26 +244,35 @@ class SpanParserModel(TokenLossModel):
         self.tag_norm = LayerNormalization(epsilon=c.layer_norm_epsilon, name="tag_norm")
         self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
         self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros", dtype="float32")
-        if c.span_char_filters:
-            self.char_embedding = keras.layers.Embedding(CHAR_IDS, CHAR_EMBEDDING, name="char_embedding")
-            self.char_convolution = keras.layers.Conv1D(c.span_char_filters, CHAR_WIDTH, padding="same",
-                                                        activation="relu", name="char_convolution")
-            self.char_projection = keras.layers.Dense(c.d_model, name="char_projection")
+        self.char_embedding = self.char_convolution = self.char_projection = None  # made by build
 
     def build(self, input_shape=None):
         if self.built:
             return
         ids = tf.constant([[BOS_ID, 5, EOS_ID]], tf.int32)
         positions = tf.constant([[0, 1, 2]], tf.int32)
-        chars = tf.constant([[[_WORD_BEGIN, _FIRST_CHAR, _WORD_END] + [0] * (WORD_CHARS - 1)]], tf.int32)
-        self.span_scores(ids, positions, positions, tf.constant([1]), training=False,
-                         word_chars=chars if self.config.span_char_filters else None)
+        # The layers a model without character features has first, in its order, then the character
+        # layers, made here (Keras draws an unseeded initializer's seed when it is made): a seed gives
+        # both models the same initial weights in the layers they share.
+        self._scores(self._encoded_words(ids, positions, positions, None, training=False), tf.constant([1]))
+        c = self.config
+        if c.span_char_filters:
+            self.char_embedding = keras.layers.Embedding(CHAR_IDS, CHAR_EMBEDDING, name="char_embedding")
+            self.char_convolution = keras.layers.Conv1D(c.span_char_filters, CHAR_WIDTH, padding="same",
+                                                        activation="relu", name="char_convolution")
+            self.char_projection = keras.layers.Dense(c.d_model, name="char_projection")
+            chars = tf.constant([[[_WORD_BEGIN, _FIRST_CHAR, _WORD_END] + [0] * (WORD_CHARS - 1)]], tf.int32)
+            self.character_features(ids, positions, positions, chars)
         super().build(input_shape)
 
     def word_vectors(self, source_ids, word_starts, word_ends, training=None, word_chars=None):
         """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D). word_chars:
         word_characters' (B, N, WORD_CHARS + 2), which a model with character features needs."""
         characters = self.character_features(source_ids, word_starts, word_ends, word_chars)
+        return self._encoded_words(source_ids, word_starts, word_ends, characters, training)
+
+    def _encoded_words(self, source_ids, word_starts, word_ends, characters, training):
+        """word_vectors with character_features' output (or None) given."""
         memory, _ = self.encode(source_ids, training=training, source_additions=characters)
         first = tf.gather(memory, word_starts, batch_dims=1)
         last = tf.gather(memory, word_ends, batch_dims=1)
@@ -309,6 +318,10 @@ class SpanParserModel(TokenLossModel):
         tag_logits (B, N, num_tags)). word_chars: word_characters' of the same, for a model with
         character features (TransformerConfig.span_char_filters)."""
         words = self.word_vectors(source_ids, word_starts, word_ends, training=training, word_chars=word_chars)
+        return self._scores(words, word_counts)
+
+    def _scores(self, words, word_counts):
+        """span_scores from the word vectors (B, N + 2, D)."""
         width = tf.shape(words)[1] - 1
         positions = span_positions(word_counts, width)
         chart_shape = tf.stack([tf.shape(words)[0], width, width, self.num_labels])

@@ -424,6 +424,20 @@ def char_model(tokenizer, span_labels, filters=8, targets=None):
     return model
 
 
+def test_a_seed_gives_a_model_with_character_features_the_others_weights(depth_run):
+    """The layers a model without character features has are built first, in its order: with the
+    same seed, a model with them starts from the same weights in every layer but its character
+    layers, so the two compare from one start."""
+    _, _, tokenizer, span_labels, _ = depth_run
+    keras.utils.set_random_seed(5)
+    plain = {w.path.split("/", 1)[-1]: w.numpy() for w in small_model(tokenizer, span_labels).weights}
+    keras.utils.set_random_seed(5)
+    with_chars = {w.path.split("/", 1)[-1]: w.numpy() for w in char_model(tokenizer, span_labels).weights}
+    assert sorted(path for path in with_chars if not path.startswith("char_")) == sorted(plain)
+    for path, value in plain.items():
+        np.testing.assert_array_equal(with_chars[path], value, err_msg=path)
+
+
 def test_character_features_reach_each_words_pieces_and_only_them(depth_run):
     """span_char_filters: a span parser without the words' characters is refused; each piece of a word
     gets the word's character vector (BOS, EOS and padding none); a sentence's scores do not depend on
