@@ -11,16 +11,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Corpus file checks are remembered here, not in the home folder (subprocesses inherit it).
 os.environ.setdefault("KT_CORPUS_CHECK_CACHE", tempfile.mkdtemp(prefix="kt_corpus_checks_"))
-# pytest-xdist's workers share the cores: each worker (and each process its tests start, which
-# inherit the variables) gets its share as the size of TensorFlow's two thread pools, instead of
-# a pool as large as the machine per worker, whose waiting threads spin on the cores the other
-# worker needs. Two copies of tests/test_model.py side by side on 2 cores: 164 s with TensorFlow's
-# default pools, 136 s with 1 thread each (2026-12-01, Intel Xeon with AMX).
-_xdist_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _xdist_workers > 1:
-    _threads = str(max(1, len(os.sched_getaffinity(0)) // _xdist_workers))
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _threads)
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", _threads)
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
