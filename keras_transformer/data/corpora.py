@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from keras_transformer.data.text_files import (LINES_PER_BATCH, CorpusFormatError, aligned_pairs,
                                                check_aligned_files, check_tsv, holdout_indices, iterate_pairs,
-                                               line_index, remembered_check, tsv_pairs)
+                                               line_index, remembered_check, sampled_digest, tsv_pairs)
 from keras_transformer.tracing import plain
 
 SPLITS = ("train", "validation", "test")
@@ -82,9 +82,10 @@ class Corpus(abc.ABC):
         and preparation, the check of local files), so that a cluster's workers can wait for it at a
         barrier of its own (training/run.py) and not inside a collective that gives up after minutes."""
 
-    def file_sizes(self) -> Optional[dict[str, list[list]]]:
-        """{split: [[file path, size in bytes], ...]} of a corpus read from local files, else None: what
-        a resumed run compares with what its start recorded (training/run.py)."""
+    def file_records(self) -> Optional[dict[str, list[list]]]:
+        """{split: [[file path, size in bytes, text_files.sampled_digest], ...]} of a corpus read from
+        local files, else None: what a resumed run compares with what its start recorded
+        (training/run.py)."""
         return None
 
     # Whether the chief prepares before the other workers start to (a TFDS data_dir they may share is
@@ -240,8 +241,8 @@ class LocalParallelCorpus(Corpus):
         self.skipped_empty.setdefault("validation", 0)
         self.skipped_empty.setdefault("test", 0)
 
-    def file_sizes(self) -> dict[str, list[list]]:
-        return {split: [[str(path), pathlib.Path(path).stat().st_size]
+    def file_records(self) -> dict[str, list[list]]:
+        return {split: [[str(path), pathlib.Path(path).stat().st_size, sampled_digest(path)]
                         for entry in self._entries(split) for path in _entry_paths(entry)]
                 for split in self.files}
 

@@ -353,34 +353,39 @@ def weights_fingerprint(model) -> str:
     return digest.hexdigest()
 
 
-CORPUS_SIZES_FILENAME = "corpus_files.json"
+CORPUS_FILES_FILENAME = "corpus_files.json"
 
 
-def _check_corpus_sizes(workdir: pathlib.Path, corpus, chief: bool):
-    """Warns when a resumed run's local corpus files differ in number or size from those its start
-    recorded (the data position then points into other pairs, and with stream regions other regions),
-    naming each; the chief records the files as they are now."""
-    sizes = corpus.file_sizes()
-    if sizes is None:
+def _check_corpus_files(workdir: pathlib.Path, corpus, chief: bool):
+    """Warns when a resumed run's local corpus files differ in number, size or sampled content
+    (text_files.sampled_digest) from those its start recorded (the data position then points into
+    other pairs, and with stream regions other regions), naming each; the chief records the files as
+    they are now. A record without digests (written before they were) compares the sizes."""
+    records = corpus.file_records()
+    if records is None:
         return
-    path = workdir / CORPUS_SIZES_FILENAME
+    path = workdir / CORPUS_FILES_FILENAME
     if path.is_file():
         recorded = json.loads(path.read_text())
         changes = []
-        for split in sorted(set(recorded) | set(sizes)):
-            before, now = recorded.get(split, []), sizes.get(split, [])
+        for split in sorted(set(recorded) | set(records)):
+            before, now = recorded.get(split, []), records.get(split, [])
             if len(before) != len(now):
                 changes.append(f"{split}: {len(before)} file(s) when the run started, {len(now)} now")
                 continue
-            changes += [f"{split}: {file} was {old_size:,} bytes"
-                        + (f" (then {old_file})" if old_file != file else "") + f", now {size:,}"
-                        for (old_file, old_size), (file, size) in zip(before, now) if old_size != size]
+            for (old_file, old_size, *old_digest), (file, size, digest) in zip(before, now):
+                then = f" (then {old_file})" if old_file != file else ""
+                if old_size != size:
+                    changes.append(f"{split}: {file} was {old_size:,} bytes{then}, now {size:,}")
+                elif old_digest and old_digest[0] != digest:
+                    changes.append(f"{split}: {file} has the size it had{then} ({size:,} bytes) but other "
+                                   f"content (other lines, or the lines in another order)")
         if changes:
             logger.warning("the corpus files changed since this run started (%s): the run resumes at its saved "
                            "data position in the files as they are now, which holds other pairs than the ones "
                            "it stopped at; %s", path, "; ".join(changes))
     if chief:
-        write_text_atomically(path, json.dumps(sizes, indent=1) + "\n")
+        write_text_atomically(path, json.dumps(records, indent=1) + "\n")
 
 
 def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.distribute.Strategy] = None,
@@ -438,7 +443,7 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
             raise
         raise _worker_lost(error, "before training", workdir) from error
     configs.check_resumable(workdir)
-    _check_corpus_sizes(workdir, corpus, chief)
+    _check_corpus_files(workdir, corpus, chief)
     if chief:
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
