@@ -97,9 +97,13 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_the_span_parser_trains_resumes_and_parses(toy_treebank, tmp_path):
+def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path):
+    """model.span_char_filters through the job: trained, its character layers in the checkpoints
+    (resumed from them) and in the SavedModel (core ops and SentencePiece's only), which parses as
+    the run directory does."""
     workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    command = [*train_command(toy_treebank, workdir, export_dir, 20), "--parser", "span"]
+    command = ["--set", "model.span_char_filters=16", *train_command(toy_treebank, workdir, export_dir, 20),
+               "--parser", "span"]
     run_module("pipelines.train_parser", *command)
     stdout, stderr = run_module("pipelines.train_parser", *command[:-8], "--train-steps", 30, *command[-6:])
     assert "training from step 20" in stderr, stderr[-2000:]
@@ -107,6 +111,7 @@ def test_the_span_parser_trains_resumes_and_parses(toy_treebank, tmp_path):
                      r"0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
     assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
     assert ";linearization=depth;parser=span" in (workdir / "data_config.json").read_text()
+    assert json.loads((workdir / "model_config.json").read_text())["span_char_filters"] == 16
     saved_model = export_dir / "2"  # the second run's weights are another version
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
     assert settings["parser"] == "span" and settings["signatures"] == ["serving_default"]
@@ -116,23 +121,6 @@ def test_the_span_parser_trains_resumes_and_parses(toy_treebank, tmp_path):
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
 
     parse_with_run_and_saved_model(workdir, saved_model, tmp_path)
-
-
-@pytest.mark.slow
-def test_the_span_parser_with_character_features_trains_exports_and_parses(toy_treebank, tmp_path):
-    """model.span_char_filters through the job: trained, its character layers in the checkpoints and
-    the SavedModel (core ops and SentencePiece's only), which parses as the run directory does."""
-    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    command = [*train_command(toy_treebank, workdir, export_dir, 20), "--parser", "span",
-               "--set", "model.span_char_filters=16"]
-    stdout, _ = run_module("pipelines.train_parser", *command)
-    assert re.search(r"^test \(20 steps.* 12 sentences", stdout, flags=re.M), stdout
-    assert json.loads((workdir / "model_config.json").read_text())["span_char_filters"] == 16
-    listed = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
-    registered = listed["registered"]
-    assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
-    assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
-    parse_with_run_and_saved_model(workdir, export_dir, tmp_path)
 
 
 @pytest.mark.parametrize("text, line, what", [
