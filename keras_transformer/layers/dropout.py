@@ -5,7 +5,7 @@ unit when it is below the rate. A bfloat16 uniform number takes 128 values, so u
 mixed_bfloat16 rate 0.1 drops 10.14% of the units and 0.3 drops 30.46%, and the kept ones are
 scaled by 1 / (1 - rate) rounded to bfloat16: the output's mean is 0.997 (0.994) times the
 input's, which inference passes on unchanged (float16: 0.9994 and 0.9989). This layer draws 16
-random bits per unit, two units from each 32-bit word of a stateless Philox draw (half the random
+random bits per unit, two units from each 32-bit word of a stateless random draw (half the random
 numbers a float32 mask takes), keeps a unit when its bits are at least round(rate * 2^16), and
 scales the kept units by the inverse of that keep probability in float32 before it rounds them to
 the compute dtype: in every dtype the rate is exact to 2^-16 and the mean is the input's.
