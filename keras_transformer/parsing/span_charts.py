@@ -1,8 +1,8 @@
 """A span parser's charts in TensorFlow ops, for a batch: the best tree from span scores
 (`spans.best_spans`' CKY) written as parsing.depth_labels' labels, so that
 `depth_labels.trees_from_labels` writes it out; and the reverse, the gold label of every span from
-a tree's depth labels, for training. Both run where Python cannot: in a SavedModel and inside a
-training step.
+a tree's depth labels, for training and for the log-probability of a chosen tree. Both run where
+Python cannot: in a SavedModel and inside a training step.
 
 A chart holds a value for every span by width: chart[w, b, i] is span (i, i + w) of sentence b,
 for widths and starts 0 .. N (entries past a sentence's end are computed and never read).
@@ -107,17 +107,29 @@ def best_tree_labels(span_log_probs, lengths, constituent_bias=0.0):
 
 
 def trees_from_span_scores(words, span_log_probs, tag_ids, lengths, label_names, tag_names, constituent_bias=0.0):
-    """Bracketed trees (B,) string, "" for a sentence without words, of the best trees (as
-    best_tree_labels) over words (B, N) string (escaped, as in the PTB) with their tags tag_ids
-    (B, N) int32; label_names (L,) and tag_names (T,) string, label 0 being ""."""
+    """(trees, log_probs): bracketed trees (B,) string, "" for a sentence without words, of the best
+    trees (as best_tree_labels) over words (B, N) string (escaped, as in the PTB) with their tags
+    tag_ids (B, N) int32; label_names (L,) and tag_names (T,) string, label 0 being ""; and the
+    log p of each tree's spans (tree_log_probs; its tags are not counted), 0 for no words."""
     lengths = tf.cast(lengths, tf.int32)
     unaries, counts, lcas = best_tree_labels(span_log_probs, lengths, constituent_bias)
+    log_probs = tree_log_probs(span_log_probs, lengths, unaries, counts, lcas)
     changes = counts - tf.pad(counts[:, :-1], [[0, 0], [1, 0]])
     label_names = tf.convert_to_tensor(label_names, tf.string)
     trees = trees_from_labels(words, tf.gather(tf.convert_to_tensor(tag_names, tf.string), tag_ids),
                               tf.gather(label_names, unaries), changes, tf.gather(label_names, lcas),
                               tf.maximum(lengths, 1))
-    return tf.where(lengths > 0, trees, "")
+    return tf.where(lengths > 0, trees, ""), log_probs
+
+
+def tree_log_probs(span_log_probs, lengths, unaries, counts, lcas):
+    """log p (B,) float32 of trees given as best_tree_labels gives them, under span_log_probs
+    (B, N + 1, N + 1, L), whose spans are independent given the sentence: the sum, over every span
+    (i, j) with i < j <= lengths[b], of log p(its label in the tree), label 0 (no constituent) for
+    a span that is not one. 0 for a sentence without words."""
+    labels = gold_span_labels(counts, lcas, unaries, lengths)  # (B, N + 1, N + 1), -1 outside the spans
+    picked = tf.gather(tf.cast(span_log_probs, tf.float32), tf.maximum(labels, 0), batch_dims=3)
+    return tf.reduce_sum(tf.where(labels >= 0, picked, 0.0), axis=[1, 2])
 
 
 def gold_span_labels(counts, lca_ids, unary_ids, lengths):

@@ -13,10 +13,16 @@ So every answer is a tree over exactly the input words, found in one pass of the
 search, and no beam size or alpha (DecodeConfig's are not read).
 
 Signatures:
-  serving_default  inputs (B,) string -> trees (B,) string
-Empty (whitespace-only) sentences give "". Words are split at any whitespace, "(" and ")" written
--LRB- and -RRB- as the PTB does (as Parser). A sentence whose pieces, with BOS and EOS, are more than
-the model's max_length is refused with an InvalidArgumentError naming the limit.
+  serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32
+A tree's score is its log-probability under the model, whose spans and tags are independent given
+the sentence: the sum of log p(label) over every span of the sentence (no constituent for a span
+the tree does not have) and of log p(tag) over its words (the tag dictionary restricts which tags
+are chosen, not the distribution they are scored by; the constituent bias chooses the tree and is
+not counted). As the seq2seq Parser's `scores`, higher is more confident; the two parsers' scores
+are not on one scale. Empty (whitespace-only) sentences give "" with score 0. Words are split at
+any whitespace, "(" and ")" written -LRB- and -RRB- as the PTB does (as Parser). A sentence whose
+pieces, with BOS and EOS, are more than the model's max_length is refused with an
+InvalidArgumentError naming the limit.
 """
 import json
 import pathlib
@@ -117,7 +123,7 @@ class SpanParser(Translator):
         return "CKY" if not self.constituent_bias else f"CKY, constituent bias {self.constituent_bias:g}"
 
     def _parse(self, inputs):
-        """Trees (B,) of raw sentences (B,)."""
+        """(trees (B,), scores (B,)) of raw sentences (B,)."""
         words, sentences = Parser._words(inputs)
         with tf.device(HOST):
             source_ids, starts, ends, counts, chars = self._word_pieces(sentences)
@@ -130,13 +136,19 @@ class SpanParser(Translator):
             span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False,
                                                              word_chars=chars)
         log_probs = tf.nn.log_softmax(span_logits)
+        tag_log_probs = tf.nn.log_softmax(tf.cast(tag_logits, tf.float32))  # (B, N, tags), every tag
+        choices = tag_log_probs
         if self.tag_dictionary is not None:
             allowed = tf.gather(self._tag_tables.row_masks, self._tag_tables.word_rows(words))  # (B, N, tags)
-            tag_logits = tf.where(allowed, tf.cast(tag_logits, tf.float32), float("-inf"))
-        tag_ids = tf.argmax(tag_logits, axis=-1, output_type=tf.int32)
+            choices = tf.where(allowed, tag_log_probs, float("-inf"))
+        tag_ids = tf.argmax(choices, axis=-1, output_type=tf.int32)
+        tags = tf.gather(tag_log_probs, tag_ids, batch_dims=2)  # (B, N)
+        tags = tf.reduce_sum(tf.where(tf.sequence_mask(counts, tf.shape(tags)[1]), tags, 0.0), axis=1)
         with tf.device(HOST):
-            return trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,
-                                          self.span_labels.labels, self.span_labels.tags, self.constituent_bias)
+            trees, spans = trees_from_span_scores(escape_words(words).to_tensor(""), log_probs, tag_ids, counts,
+                                                  self.span_labels.labels, self.span_labels.tags,
+                                                  self.constituent_bias)
+        return trees, spans + tags
 
     def _word_pieces(self, sentences):
         """word_pieces' outputs and, for a model with character features, word_characters' (else None)."""
@@ -169,12 +181,14 @@ class SpanParser(Translator):
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def parse(self, inputs):
-        return {"trees": self._parse(inputs)}
+        trees, scores = self._parse(inputs)
+        return {"trees": trees, "scores": scores}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def translate(self, inputs):
         """What the training job's evaluations read: the trees as `translations`."""
-        return {"translations": self._parse(inputs)}
+        trees, scores = self._parse(inputs)
+        return {"translations": trees, "scores": scores}
 
     def signatures(self):
         return {"serving_default": self.parse}

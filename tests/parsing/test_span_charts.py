@@ -1,6 +1,6 @@
-"""The span parser's charts in TensorFlow ops: the best trees of a batch against spans.best_spans
-(Python's CKY) on random scores, and the gold span labels from depth labels against tree_spans, on
-hand-made and toy trees and every tree of GUM's dev and test sets."""
+"""The span parser's charts in TensorFlow ops: the best trees of a batch and their log-probabilities
+against spans.best_spans (Python's CKY) on random scores, and the gold span labels from depth labels
+against tree_spans, on hand-made and toy trees and every tree of GUM's dev and test sets."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,7 +28,7 @@ def test_charts_by_width_and_back():
 
 
 @pytest.mark.parametrize("bias", [0.0, 1.0])
-def test_best_trees_of_a_batch_are_those_of_python_cky(bias):
+def test_best_trees_of_a_batch_are_those_of_python_cky_with_their_log_probabilities(bias):
     rng = np.random.default_rng(7)
     lengths = [5, 1, 8, 2, 0, 3, 8]
     size = max(lengths) + 1
@@ -37,17 +37,22 @@ def test_best_trees_of_a_batch_are_those_of_python_cky(bias):
     tag_ids = rng.integers(0, len(TAGS), size=(len(lengths), size - 1))
     words = [[f"w{i}" for i in range(length)] for length in lengths]
     padded = [row + [""] * (size - 1 - len(row)) for row in words]
-    trees = trees_from_span_scores(tf.constant(padded), tf.constant(log_probs, tf.float32), tf.constant(tag_ids),
-                                   tf.constant(lengths), LABELS, TAGS, bias).numpy()
+    trees, tree_log_probs = trees_from_span_scores(tf.constant(padded), tf.constant(log_probs, tf.float32),
+                                                   tf.constant(tag_ids), tf.constant(lengths), LABELS, TAGS, bias)
+    trees, tree_log_probs = trees.numpy(), tree_log_probs.numpy()
     span_labels = SpanLabels(LABELS, TAGS)
     for row, length in enumerate(lengths):
         if length == 0:
-            assert trees[row] == b""
+            assert trees[row] == b"" and tree_log_probs[row] == 0.0
             continue
         found = best_spans(log_probs[row], length, bias)
         expected = tree_from_spans(words[row], [TAGS[t] for t in tag_ids[row, :length]],
                                    {span: span_labels.labels[label] for span, label in found.items()})
         assert parse_tree(trees[row].decode()) == expected, (row, trees[row])
+        # Its log-probability: every span of the sentence with its label in the tree, 0 (none) if not in it.
+        every_span = [(start, end) for end in range(1, length + 1) for start in range(end)]
+        assert tree_log_probs[row] == pytest.approx(
+            sum(log_probs[row, start, end, found.get((start, end), 0)] for start, end in every_span), rel=1e-5)
 
 
 def depth_label_rows(trees, span_labels):

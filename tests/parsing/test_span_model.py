@@ -381,6 +381,39 @@ def test_a_span_parser_with_a_tag_dictionary_tags_every_word_as_it_allows(depth_
     assert unconstrained != [tree.tags() for tree in answers]  # the random model alone tags otherwise
 
 
+def test_a_span_parsers_score_is_the_log_probability_of_its_tree(depth_run):
+    """`scores`: log p of the answer under the model, every span of the sentence with its label in
+    the tree (none if not in it) and every word with its tag, computed here from the model's scores
+    and the answer's text; with a tag dictionary too, which restricts the tags chosen, not the
+    distribution they are scored by; with a constituent bias, which is not counted; 0 for ""."""
+    trees, _, tokenizer, span_labels, _ = depth_run
+    keras.utils.set_random_seed(6)
+    model = small_model(tokenizer, span_labels)
+    sentences = [" ".join(tree.words()) for tree in trees[:6]] + [" "]
+    span_logits, tag_logits = model.span_scores(*word_pieces(tokenizer.tokenize, tf.constant(sentences)))
+    span_log_probs = tf.nn.log_softmax(span_logits).numpy()
+    tag_log_probs = tf.nn.log_softmax(tag_logits).numpy()
+    words = sorted({word for tree in trees[:6] for word in tree.words()})
+    dictionary = TagDictionary(words={word: (span_labels.tags[1],) for word in words[::2]},
+                               other={"alphanumeric": span_labels.tags[:3], "symbols": span_labels.tags[:3]})
+    parsers = [SpanParser(model, tokenizer.model_proto, span_labels=span_labels),
+               SpanParser(model, tokenizer.model_proto, span_labels=span_labels, tag_dictionary=dictionary),
+               SpanParser(model, tokenizer.model_proto, span_labels=span_labels, constituent_bias=2.0)]
+    outputs = [parser.parse(tf.constant(sentences)) for parser in parsers]
+    assert outputs[0]["trees"].numpy().tolist() != outputs[1]["trees"].numpy().tolist()  # other tags
+    assert outputs[0]["trees"].numpy().tolist() != outputs[2]["trees"].numpy().tolist()  # more spans
+    for output in outputs:
+        answers, scores = output["trees"].numpy(), output["scores"].numpy()
+        assert answers[-1] == b"" and scores[-1] == 0.0
+        for row, answer in enumerate(answers[:-1]):
+            tree = parse_tree(answer.decode())
+            spans, length = tree_spans(tree), len(tree.words())
+            expected = sum(span_log_probs[row, start, end, span_labels.label_id(spans.get((start, end), ""))]
+                           for end in range(1, length + 1) for start in range(end))
+            expected += sum(tag_log_probs[row, index, span_labels.tag_id(tag)] for index, tag in enumerate(tree.tags()))
+            assert scores[row] == pytest.approx(expected, rel=1e-5), (row, answer)
+
+
 def spelled(word):
     """word_characters' row for a word, written out: begin, the code points' ids (the first and last
     WORD_CHARS / 2 of a longer word), end, padding."""
@@ -528,7 +561,9 @@ def test_the_span_parser_with_character_features_parses_and_exports(depth_run, t
                                model.span_scores(*features, word_chars=chars)[0].numpy(), atol=0.1)
     tf.saved_model.save(parser, str(tmp_path / "saved"), signatures=parser.signatures())
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
-    assert loaded.signatures["serving_default"](inputs=sentences)["trees"].numpy().tolist() == answers
+    served = loaded.signatures["serving_default"](inputs=sentences)
+    assert served["trees"].numpy().tolist() == answers
+    np.testing.assert_allclose(served["scores"].numpy(), parser.parse(sentences)["scores"].numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="span_char_filters=8 gives a span parser character features"):
         Transformer(model.config)
     for bad in (-1, 1.5, True):
