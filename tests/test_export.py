@@ -20,14 +20,10 @@ from keras_transformer.data import NumbersCorpus, SubwordTokenizer
 from keras_transformer.decoding import beam_search, greedy_decode
 from keras_transformer.model import transposed_here
 from pipelines import export as export_pipeline
+from tests.op_lists import PYTHON_OPS, SENTENCEPIECE_OPS, core_op_names, list_ops  # noqa: F401
 from tests.trained_tiny import DECODE_CONFIG, REFERENCE_WEIGHTS, SENTENCES, tiny_saved_model, tiny_workdir  # noqa: F401
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
-# The only tensorflow-text ops the exported graph may use: TF Text 2.20 (linked by TF Serving 2.20)
-# has them, as has every TF Text release since 2.0.
-SENTENCEPIECE_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
-# Registered in core TensorFlow but unusable by a model server: they call back into Python.
-PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
 
 @pytest.fixture(autouse=True)
@@ -550,59 +546,6 @@ def test_saved_model_cli_lists_the_three_signatures_with_string_inputs(tiny_save
 # a core op, whether TensorFlow's kernel registry has a CPU kernel (or a device-independent one) whose
 # type constraints admit the node's type attributes (attributes left out take the op's defaults):
 # the nodes without one, as "op(attr=type, ...)", and the float types used.
-LIST_OPS = """
-import functools, json, sys
-import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, node_def_pb2, types_pb2
-from tensorflow.core.protobuf import saved_model_pb2
-from tensorflow.python.framework import kernels, op_def_registry
-
-
-def type_attributes(node):
-    op_def = op_def_registry.get(node.op)
-    values = {attr.name: attr.default_value for attr in op_def.attr if attr.HasField("default_value")}
-    values.update(node.attr)
-    types = {name: [value.type] for name, value in values.items() if value.HasField("type")}
-    types.update({name: list(value.list.type) for name, value in values.items()
-                  if value.HasField("list") and value.list.type})
-    return types
-
-
-@functools.cache
-def cpu_kernels(op):
-    return [kernel for kernel in kernels.get_registered_kernels_for_op(op).kernel
-            if kernel.device_type in ("CPU", "DEFAULT")]
-
-
-def has_cpu_kernel(node):
-    types = type_attributes(node)
-    return any(all(set(types.get(c.name, [])) <= set(c.allowed_values.list.type) for c in kernel.constraint)
-               for kernel in cpu_kernels(node.op))
-
-
-def describe(node):
-    return node.op + "(" + ", ".join(f"{name}={'/'.join(types_pb2.DataType.Name(t) for t in values)}"
-                                     for name, values in sorted(type_attributes(node).items())) + ")"
-
-
-# The check can fail: MatMul has no kernel for strings.
-string = attr_value_pb2.AttrValue(type=types_pb2.DT_STRING)
-assert not has_cpu_kernel(node_def_pb2.NodeDef(op="MatMul", attr={"T": string}))
-for path in sys.argv[1:]:
-    saved_model = saved_model_pb2.SavedModel.FromString(open(path + "/saved_model.pb", "rb").read())
-    nodes = []
-    for meta_graph in saved_model.meta_graphs:
-        nodes += meta_graph.graph_def.node
-        for function in meta_graph.graph_def.library.function:
-            nodes += function.node_def
-    core = [node for node in nodes if op_def_registry.get(node.op) is not None]
-    float_types = {types_pb2.DataType.Name(t) for node in core for values in type_attributes(node).values()
-                   for t in values if tf.as_dtype(t).is_floating}
-    print(json.dumps({"registered": {node.op: op_def_registry.get(node.op) is not None for node in nodes},
-                      "without_cpu_kernel": sorted({describe(node) for node in core if not has_cpu_kernel(node)}),
-                      "float_types": sorted(float_types)}))
-assert "tensorflow_text" not in sys.modules
-"""
 # What each precision's graph computes in: float32 for the log-softmax and scores (and everything in
 # float32), the precision's own type for the weights and products.
 FLOAT_TYPES = {"float32": {"DT_FLOAT"}, "bfloat16": {"DT_FLOAT", "DT_BFLOAT16"}, "float16": {"DT_FLOAT", "DT_HALF"}}
@@ -610,10 +553,10 @@ FLOAT_TYPES = {"float32": {"DT_FLOAT"}, "bfloat16": {"DT_FLOAT", "DT_BFLOAT16"},
 
 @pytest.mark.slow
 def test_exported_graph_uses_only_core_tensorflow_and_sentencepiece_ops_with_cpu_kernels(
-        tiny_saved_model, bfloat16_saved_model, float16_saved_model):
-    lines = run_python(LIST_OPS, tiny_saved_model, bfloat16_saved_model, float16_saved_model).splitlines()
-    for precision, line in zip(["float32", "bfloat16", "float16"], lines[-3:], strict=True):
-        result = json.loads(line)
+        tiny_saved_model, bfloat16_saved_model, float16_saved_model, core_op_names):  # noqa: F811
+    for precision, saved_model in zip(["float32", "bfloat16", "float16"],
+                                      [tiny_saved_model, bfloat16_saved_model, float16_saved_model], strict=True):
+        result = list_ops(saved_model, core_op_names)
         registered = result["registered"]
         outside_core = {op for op, in_core in registered.items() if not in_core}
         assert outside_core == SENTENCEPIECE_OPS, f"{precision}: ops outside core TensorFlow: {sorted(outside_core)}"

@@ -17,6 +17,7 @@ from keras_transformer.parsing.depth_labels import (WordLabel, collapse_unaries,
 from keras_transformer.parsing.parser import (DEPTH, END, TAG, DepthConstraint, Parser, WordFirstDepthConstraint,
                                               answer_ids, constrained_step_fn, labels_to_trees)
 from keras_transformer.parsing.trees import TreeFormatError, escape_word
+from tests.op_lists import PYTHON_OPS, SENTENCEPIECE_OPS, core_op_names, list_ops  # noqa: F401
 from tests.parsing.test_parser import make_untrained_parser
 
 TREE = "(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"
@@ -214,12 +215,11 @@ def test_a_depth_parser_with_a_tag_dictionary_obeys_it_under_unary_chains(untrai
 
 
 @pytest.mark.slow
-def test_train_parser_by_word_then_parse_its_saved_model(tmp_path):
+def test_train_parser_by_word_then_parse_its_saved_model(tmp_path, core_op_names):  # noqa: F811
     """pipelines.train_parser --linearization depth on the toy treebank: it scores, exports a
     SavedModel of core and SentencePiece ops only, and pipelines.parse answers trees with it."""
     from keras_transformer.parsing.toy_treebank import write_toy_treebank
     from tests.pipelines.test_train_parser import SENTENCES, run_module, train_command
-    from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
 
     paths = write_toy_treebank(tmp_path / "toy", sizes={"train": 300, "dev": 12, "test": 12})
     stdout, _ = run_module("pipelines.train_parser", *train_command(paths, tmp_path / "run", tmp_path / "exported", 20),
@@ -227,7 +227,7 @@ def test_train_parser_by_word_then_parse_its_saved_model(tmp_path):
     assert re.search(r"^test \(20 steps.* 12 sentences, \d+ errors, 0 skipped; 0 answers needed repair$", stdout,
                      flags=re.M), stdout
     assert "linearization=depth" in json.loads((tmp_path / "run" / "data_config.json").read_text())["dataset"]
-    listed = json.loads(run_python(LIST_OPS, tmp_path / "exported" / "1").splitlines()[-1])
+    listed = list_ops(tmp_path / "exported" / "1", core_op_names)
     registered = listed["registered"]
     assert {op for op, in_core in registered.items() if not in_core} == SENTENCEPIECE_OPS
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []

@@ -16,7 +16,7 @@ from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from pipelines import toy_treebank as toy_treebank_command
 from pipelines import parse, train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
-from tests.test_export import LIST_OPS, PYTHON_OPS, SENTENCEPIECE_OPS, run_python
+from tests.op_lists import PYTHON_OPS, SENTENCEPIECE_OPS, core_op_names, list_ops  # noqa: F401
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 SENTENCES = ["the dog saw a cat .", "", "Anna laughed ( quietly ) .", "hello"]
@@ -61,7 +61,7 @@ def parse_with_run_and_saved_model(workdir, saved_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
+def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names):  # noqa: F811
     workdir, export_dir, stdout = (readme_parser_run.workdir, readme_parser_run.saved_model.parent,
                                    readme_parser_run.stdout["pipelines.train_parser"])
     treebank = readme_parser_run.directory / "data" / "toy-treebank"
@@ -77,7 +77,7 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
     assert (workdir / "tensorboard" / "validation").is_dir()
     assert json.loads((workdir / "decode_config.json").read_text())["extra_length"] == 300
     # TF Serving's binary links TF Text 2.20's kernels: only core ops and the SentencePiece ones.
-    listed = json.loads(run_python(LIST_OPS, export_dir / "1").splitlines()[-1])
+    listed = list_ops(export_dir / "1", core_op_names)
     registered = listed["registered"]
     assert {op for op, in_core in registered.items() if not in_core} == SENTENCEPIECE_OPS
     assert not set(registered) & PYTHON_OPS and "While" in registered
@@ -97,7 +97,8 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path):
+def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path,
+                                                                                   core_op_names):  # noqa: F811
     """model.span_char_filters through the job: trained, its character layers in the checkpoints
     (resumed from them) and in the SavedModel (core ops and SentencePiece's only), which parses as
     the run directory does."""
@@ -115,7 +116,7 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     saved_model = export_dir / "2"  # the second run's weights are another version
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
     assert settings["parser"] == "span" and settings["signatures"] == ["serving_default"]
-    listed = json.loads(run_python(LIST_OPS, saved_model).splitlines()[-1])
+    listed = list_ops(saved_model, core_op_names)
     registered = listed["registered"]
     assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
