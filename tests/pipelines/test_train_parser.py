@@ -36,9 +36,10 @@ def toy_treebank(tmp_path_factory):
 
 
 def train_command(paths, workdir, export_dir, steps):
+    """The job's flags; export_dir None: --no-export."""
+    export = ["--no-export"] if export_dir is None else ["--export-dir", export_dir]
     return ["--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"], "--preset", "parsing_tiny",
-            "--workdir", workdir, "--export-dir", export_dir, "--train-steps", steps,
-            "--checkpoint-every-steps", 10, "--verbose", 0]
+            "--workdir", workdir, *export, "--train-steps", steps, "--checkpoint-every-steps", 10, "--verbose", 0]
 
 
 def parse_with_run_and_saved_model(workdir, saved_model, tmp_path):
@@ -103,17 +104,16 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     (resumed from them) and in the SavedModel (core ops and SentencePiece's only), which parses as
     the run directory does."""
     workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    command = ["--set", "model.span_char_filters=16", *train_command(toy_treebank, workdir, export_dir, 20),
-               "--parser", "span"]
-    run_module("pipelines.train_parser", *command)
-    stdout, stderr = run_module("pipelines.train_parser", *command[:-8], "--train-steps", 30, *command[-6:])
+    flags = ["--set", "model.span_char_filters=16", "--parser", "span"]
+    run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, None, 20), *flags)  # no export
+    stdout, stderr = run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, export_dir, 30), *flags)
     assert "training from step 20" in stderr, stderr[-2000:]
     assert re.search(r"^dev \(30 steps, .*CKY\): EVALB \(COLLINS.prm\) F1 \d+\.\d\d .* 12 sentences, \d+ errors, "
                      r"0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
     assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
     assert ";linearization=depth;parser=span" in (workdir / "data_config.json").read_text()
     assert json.loads((workdir / "model_config.json").read_text())["span_char_filters"] == 16
-    saved_model = export_dir / "2"  # the second run's weights are another version
+    saved_model = export_dir / "1"  # the resumed run's, the first export
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
     assert settings["parser"] == "span" and settings["signatures"] == ["serving_default"]
     listed = list_ops(saved_model, core_op_names)
