@@ -268,7 +268,8 @@ def test_a_run_killed_before_an_evaluation_resumes_with_its_counter_and_stops_ea
     configs = apply_overrides(preset_configs("tiny", numbers_spec), [
         "train_steps=100", "eval_every_steps=10", "checkpoint_every_steps=10", "keep_checkpoints=2",
         "keep_best_checkpoints=2", "checkpoints_to_average=2", "average=best", "early_stopping_patience=2",
-        "eval_sentences=2", "sample_translations=0", "log_every_steps=10", "train.tokens_per_batch=1024"])
+        "eval_sentences=2", "sample_translations=0", "log_every_steps=10", "train.tokens_per_batch=1024",
+        "num_layers=1"])
     workdir = tmp_path / "run"
     with pytest.raises(_Killed):
         train_and_evaluate(workdir, configs, verbose=0)
@@ -309,7 +310,7 @@ def test_a_run_stopped_by_its_time_budget_is_evaluated_where_it_stopped(numbers_
     workdir = tmp_path / "run"
     code = train_wmt.main(["--preset", "tiny", "--dataset", numbers_spec, "--workdir", str(workdir),
                            "--no-export", "--average", "best", "--train-steps", "50", "--eval-every-steps", "50",
-                           "--max-train-minutes", "0.000001", "--verbose", "0"])
+                           "--max-train-minutes", "0.000001", "--verbose", "0", "--set", "num_layers=1"])
     assert code == 0, capsys.readouterr().err[-3000:]
     record = ValidationRecord.read(workdir)
     (stopped,) = [e["step"] for e in record.evaluations]
@@ -337,7 +338,7 @@ def test_float16_steps_skipped_for_overflowing_gradients_keep_the_evaluations_on
     configs = apply_overrides(preset_configs("tiny", numbers_spec), [
         "train_steps=20", "eval_every_steps=5", "checkpoint_every_steps=5", "keep_checkpoints=10",
         "mixed_precision=mixed_float16", "eval_sentences=2", "sample_translations=0", "log_every_steps=5",
-        "train.tokens_per_batch=1024"])
+        "train.tokens_per_batch=1024", "num_layers=1"])
     workdir = tmp_path / "run"
     result = train_and_evaluate(workdir, configs, verbose=0, evaluate_test=False)
     assert result.step == 20 and int(batches.numpy()) >= 22  # at least the 2 skipped steps' batches more
