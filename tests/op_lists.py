@@ -2,9 +2,13 @@
 registers (the stock TF Serving binary has those, and TF Text's SentencePiece kernels), which lack a
 CPU kernel for the types they are given, and the float types they compute in.
 
-Core TensorFlow's op names come from a fresh interpreter without tensorflow_text (whose import adds
-its ops to the registry), once per test session (`core_op_names`); the listing itself runs in the
-test process, where the op definitions and kernels of core ops are those of that fresh interpreter.
+Core TensorFlow's op names come from a fresh interpreter that imports tensorflow but not
+tensorflow_text (whose import adds its ops to the registry, so only a process without it tells core
+ops from TF Text's), once per test session (`core_op_names`); the listing itself runs in the test
+process, where the op definitions and kernels of core ops are those of that fresh interpreter. A node
+of a core op has a CPU kernel when the kernel registry holds a CPU (or device-independent) kernel
+whose type constraints admit the node's type attributes (those left out take the op's defaults);
+the nodes without one are described as "op(attr=type, ...)".
 """
 import functools
 import json

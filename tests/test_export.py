@@ -540,12 +540,6 @@ def test_saved_model_cli_lists_the_three_signatures_with_string_inputs(tiny_save
             assert f"inputs['{input_name}'] tensor_info:\n        dtype: DT_STRING" in blocks[name]
 
 
-# Every op type of every graph and function in saved_model.pb, and whether core TensorFlow registers
-# it, asked in a process that imports tensorflow but not tensorflow_text (importing tensorflow_text
-# registers its ops, so only a process without it tells core ops from TF Text ones). For each node of
-# a core op, whether TensorFlow's kernel registry has a CPU kernel (or a device-independent one) whose
-# type constraints admit the node's type attributes (attributes left out take the op's defaults):
-# the nodes without one, as "op(attr=type, ...)", and the float types used.
 # What each precision's graph computes in: float32 for the log-softmax and scores (and everything in
 # float32), the precision's own type for the weights and products.
 FLOAT_TYPES = {"float32": {"DT_FLOAT"}, "bfloat16": {"DT_FLOAT", "DT_BFLOAT16"}, "float16": {"DT_FLOAT", "DT_HALF"}}
