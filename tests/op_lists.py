@@ -13,8 +13,6 @@ the nodes without one are described as "op(attr=type, ...)".
 import functools
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -22,7 +20,6 @@ from tensorflow.core.framework import attr_value_pb2, node_def_pb2, types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import kernels, op_def_registry
 
-from tests.readme_run import REPOSITORY
 from tests.trained_tiny import once_per_session
 
 # The only tensorflow-text ops the exported graph may use: TF Text 2.20 (linked by TF Serving 2.20)
@@ -46,13 +43,10 @@ with open(sys.argv[1], "w") as file:
 @pytest.fixture(scope="session")
 def core_op_names(tmp_path_factory) -> frozenset:
     """The ops a fresh `import tensorflow` registers, listed once per session."""
-    def write(path):
-        process = subprocess.run([sys.executable, "-c", WRITE_CORE_OP_NAMES, str(path)], capture_output=True,
-                                 text=True, cwd=REPOSITORY, timeout=300,
-                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-        assert process.returncode == 0, process.stderr[-3000:]
+    from tests.test_export import run_python  # here: tests/test_export.py imports this module
 
-    names = frozenset(json.loads(once_per_session(tmp_path_factory, "core_op_names.json", write).read_text()))
+    path = once_per_session(tmp_path_factory, "core_op_names.json", lambda path: run_python(WRITE_CORE_OP_NAMES, path))
+    names = frozenset(json.loads(path.read_text()))
     assert {"MatMul", "While", "StatefulPartitionedCall"} <= names and not names & SENTENCEPIECE_OPS
     return names
 
