@@ -209,6 +209,11 @@ class Translator(tf.Module):
         """How answers are found, for logs: "beam 4"."""
         return f"beam {self.decode_config.beam_size}"
 
+    def warmup_score_targets(self, sentences):
+        """What an export's warm-up request for `score` scores given sentences: the sentences
+        themselves (any text is a target here)."""
+        return list(sentences)
+
     # In-graph pieces. The SentencePiece op is built in each calling graph (see SubwordTokenizer).
     # Strings and SentencePiece have CPU kernels only: they are placed on the host explicitly, so that
     # on a GPU server everything between them (the model, the beam search) stays on the GPU.
@@ -372,8 +377,9 @@ def next_version(export_dir):
     return max(versions, default=0) + 1
 
 
-def _warmup_requests(model_name, decode_config, sentences):
-    """PredictionLog records, one per signature (translate_nbest at beam 1 and the default beam)."""
+def _warmup_requests(model_name, decode_config, sentences, score_targets):
+    """PredictionLog records, one per signature (translate_nbest at beam 1 and the default beam);
+    `score` scores score_targets given the sentences (no request for it if None)."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     def record(signature_name, **inputs):
@@ -388,7 +394,8 @@ def _warmup_requests(model_name, decode_config, sentences):
     for beam_size in sorted({1, decode_config.beam_size}):
         yield record("translate_nbest", inputs=texts, beam_size=tf.constant(beam_size, tf.int32),
                      alpha=tf.constant(decode_config.alpha, tf.float32))
-    yield record("score", source=texts, target=texts)
+    if score_targets is not None:
+        yield record("score", source=texts, target=[target.encode("utf-8") for target in score_targets])
 
 
 def _write_assets(directory, translator):
@@ -435,7 +442,8 @@ def export_translator(translator, export_dir, version=None, warmup_sentences=WAR
         warmup.parent.mkdir()
         with tf.io.TFRecordWriter(str(warmup)) as writer:
             signatures = set(translator.signatures())
-            for record in _warmup_requests(export_dir.resolve().name, translator.decode_config, warmup_sentences):
+            for record in _warmup_requests(export_dir.resolve().name, translator.decode_config, warmup_sentences,
+                                           translator.warmup_score_targets(warmup_sentences)):
                 if record.predict_log.request.model_spec.signature_name in signatures:
                     writer.write(record.SerializeToString())
         os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the version from a server running as another user

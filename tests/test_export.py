@@ -360,19 +360,26 @@ def test_two_exports_at_once_never_share_a_version(tmp_path, monkeypatch, reques
     assert (taken / "saved_model.pb").read_bytes() == b"theirs"
 
 
-def test_warmup_requests_are_prediction_logs_the_model_answers(tiny_saved_model, loaded):
+def answer_warmup_requests(saved_model, loaded, model_name):
+    """Runs every warm-up request of the SavedModel directory on `loaded`, as TF Serving does when
+    it loads the model; returns the signature names they asked, in their order."""
     from tensorflow_serving.apis import prediction_log_pb2
 
-    path = tiny_saved_model / "assets.extra" / export.WARMUP_FILENAME
+    path = saved_model / "assets.extra" / export.WARMUP_FILENAME
     signatures = []
     for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
         log = prediction_log_pb2.PredictionLog.FromString(record)
         request = log.predict_log.request
         signatures.append(request.model_spec.signature_name)
-        assert request.model_spec.name == "tiny"
+        assert request.model_spec.name == model_name
         inputs = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
         outputs = loaded.signatures[request.model_spec.signature_name](**inputs)
         assert all(output.shape[0] == len(export.WARMUP_SENTENCES) for output in outputs.values())
+    return signatures
+
+
+def test_warmup_requests_are_prediction_logs_the_model_answers(tiny_saved_model, loaded):
+    signatures = answer_warmup_requests(tiny_saved_model, loaded, "tiny")
     assert sorted(set(signatures)) == sorted(export.SIGNATURE_NAMES)
 
 

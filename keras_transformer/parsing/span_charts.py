@@ -1,8 +1,9 @@
 """A span parser's charts in TensorFlow ops, for a batch: the best tree from span scores
 (`spans.best_spans`' CKY) written as parsing.depth_labels' labels, so that
 `depth_labels.trees_from_labels` writes it out; and the reverse, the gold label of every span from
-a tree's depth labels, for training and for the log-probability of a chosen tree. Both run where
-Python cannot: in a SavedModel and inside a training step.
+a tree's depth labels, for training and for the log-probability of a chosen tree; and bracketed
+trees read into their words, tags and spans, for the log-probability of any tree (SpanParser's
+`score`). They run where Python cannot: in a SavedModel and inside a training step.
 
 A chart holds a value for every span by width: chart[w, b, i] is span (i, i + w) of sentence b,
 for widths and starts 0 .. N (entries past a sentence's end are computed and never read).
@@ -167,3 +168,101 @@ def gold_span_labels(counts, lca_ids, unary_ids, lengths):
     spans = from_width(chart)
     inside = (index[None, :, None] < index[None, None, :]) & (index[None, None, :] <= lengths[:, None, None])
     return tf.where(inside, spans, -1)
+
+
+def read_bracketed_trees(trees, label_names, tag_names):
+    """Bracketed trees (B,) string, as a span parser writes them ("(S (NP (PRP I)) (VP (VBD saw)))",
+    one constituent at the top, no root wrapper; "" for a sentence without words), read in
+    TensorFlow ops: (words ragged (B, None) string; tag ids ragged (B, None) int32, the indices of
+    tag_names; spans (K, 3) int32 [b, i, j] of every constituent, unary chains collapsed as
+    spans.tree_spans collapses them ("S+VP"); their label ids (K,) int32, the indices of label_names,
+    whose entry 0 ("", no constituent) no label matches).
+
+    An InvalidArgumentError quotes the first tree that is not one (unbalanced brackets, text outside
+    the top constituent, a word not directly under a tag, a constituent without words), or the
+    first label or tag that is not in label_names / tag_names, with its tree.
+    """
+    trees = tf.convert_to_tensor(trees, tf.string)
+    tokens = tf.strings.split(tf.strings.regex_replace(trees, r"([()])", r" \1 "))  # (B, None)
+    dense = tf.pad(tokens.to_tensor(""), [[0, 0], [0, 1]], constant_values="")  # (B, T): a column past every tree
+    lengths = tf.cast(tokens.row_lengths(), tf.int32)
+    position = tf.range(tf.shape(dense)[1])[None, :]
+    valid = position < lengths[:, None]
+    is_open, is_close = tf.equal(dense, "("), tf.equal(dense, ")")
+    is_label = valid & _shifted(is_open, 1) & ~is_open & ~is_close
+    is_word = valid & ~is_open & ~is_close & ~is_label
+    depth = tf.cumsum(tf.cast(is_open, tf.int32) - tf.cast(is_close, tf.int32), axis=1)  # after each token
+    # One top constituent: the depth is above 0 inside it and 0 after its last token only. Each "("
+    # is followed by a label; a word sits alone under a tag, "(TAG word)"; a constituent has a
+    # constituent or a word after its label.
+    last = position == lengths[:, None] - 1
+    well_formed = tf.reduce_all(
+        ~valid | (tf.where(last, tf.equal(depth, 0), depth > 0)
+                  & (~is_open | _shifted(is_label, -1))
+                  & (~is_word | (_shifted(is_label, 1) & _shifted(is_close, -1)))
+                  & (~is_label | _shifted(is_open, -1) | _shifted(is_word, -1))), axis=1)
+    check = tf.debugging.Assert(tf.reduce_all(well_formed), [
+        "score: not a bracketed tree (balanced brackets, one constituent at the top, each word alone under its tag, "
+        "no constituent without words), e.g.", tf.boolean_mask(trees, ~well_formed)[:1]])
+    with tf.control_dependencies([check]):
+        dense = tf.identity(dense)
+    spans, chains = _constituents(dense, is_open, is_close, is_word, depth, lengths)
+    words = tf.ragged.boolean_mask(dense, is_word)
+    tags = tf.ragged.boolean_mask(_shifted(dense, 1, ""), is_word)
+    tag_ids = _name_ids(tag_names, tags.flat_values, tf.cast(tags.value_rowids(), tf.int32), trees, 0, "tag")
+    return (words, tags.with_flat_values(tag_ids), spans,
+            _name_ids(label_names, chains, spans[:, 0], trees, 1, "constituent label"))
+
+
+def _shifted(values, by, fill=False):
+    """values (B, T) moved `by` columns to the right (1: each position holds the one before it;
+    -1: the one after it), `fill` where nothing is."""
+    if by > 0:
+        return tf.pad(values[:, :-by], [[0, 0], [by, 0]], constant_values=fill)
+    return tf.pad(values[:, -by:], [[0, 0], [0, -by]], constant_values=fill)
+
+
+def _constituents(tokens, is_open, is_close, is_word, depth, lengths):
+    """read_bracketed_trees' (spans (K, 3) [b, i, j], their labels (K,) string, unary chains joined
+    by "+", outermost first) from well-formed trees' tokens (B, T), their masks and depths (B, T)."""
+    size = tf.shape(tokens)[1]
+    wide = tf.cast(size, tf.int64) + 1
+    position = tf.cast(tf.range(size), tf.int64)[None, :]
+    # The "(" and ")" of the constituents pair up level by level: at each depth they alternate, "("
+    # first, so the k-th "(" by (depth after it, position) closes at the k-th ")" by (depth before it, position).
+    open_order = tf.argsort(tf.where(is_open, tf.cast(depth, tf.int64) * wide + position, wide * wide), axis=1)
+    close_order = tf.argsort(tf.where(is_close, tf.cast(depth + 1, tf.int64) * wide + position, wide * wide), axis=1)
+    pairs = tf.sequence_mask(tf.reduce_sum(tf.cast(is_open, tf.int32), axis=1), size)  # (B, T) of the sorted
+    words_before = tf.cumsum(tf.cast(is_word, tf.int32), axis=1, exclusive=True)  # (B, T)
+    starts = tf.gather(words_before, open_order, batch_dims=1)
+    ends = tf.gather(words_before, close_order, batch_dims=1)
+    labels = tf.gather(tokens, tf.minimum(open_order + 1, size - 1), batch_dims=1)
+    preterminal = tf.gather(is_word, tf.minimum(open_order + 2, size - 1), batch_dims=1)  # "(TAG word)"
+    rows = tf.broadcast_to(tf.range(tf.shape(tokens)[0])[:, None], tf.shape(tokens))
+    row, start, end, opened, label = (tf.boolean_mask(values, pairs & ~preterminal)
+                                      for values in (rows, starts, ends, open_order, labels))
+    # Unary chains: the constituents over one span, outermost (first opened) first, as one label.
+    widest = tf.cast(tf.reduce_max(tf.concat([lengths, [0]], axis=0)), tf.int64) + 1
+    span_key = (tf.cast(row, tf.int64) * widest + tf.cast(start, tf.int64)) * widest + tf.cast(end, tf.int64)
+    order = tf.argsort(span_key * wide + tf.cast(opened, tf.int64))
+    span_key = tf.gather(span_key, order)
+    first = tf.concat([tf.ones_like(span_key[:1], tf.bool), span_key[1:] != span_key[:-1]], axis=0)
+    spans = tf.boolean_mask(tf.stack([tf.gather(row, order), tf.gather(start, order), tf.gather(end, order)], 1),
+                            first)
+    chains = tf.strings.unsorted_segment_join(tf.gather(label, order), tf.cumsum(tf.cast(first, tf.int32)) - 1,
+                                              tf.reduce_sum(tf.cast(first, tf.int32)), separator="+")
+    return spans, chains
+
+
+def _name_ids(names, values, rows, trees, first, what):
+    """The index of each of values (K,) string in names[first:] (counted from 0 in names); an
+    InvalidArgumentError quotes the first value that is not there and its tree (trees[rows[k]])."""
+    # A comparison with every name, not a lookup table: a table made inside a function is a
+    # resource that a SavedModel does not keep.
+    same = tf.equal(values[:, None], tf.convert_to_tensor(names, tf.string)[None, first:])  # (K, names)
+    unknown = ~tf.reduce_any(same, axis=1)
+    known = tf.debugging.Assert(tf.reduce_all(~unknown), [
+        f"score: a {what} this parser does not know (function tags and root labels are not its own):",
+        tf.boolean_mask(values, unknown)[:1], "in the tree", tf.gather(trees, tf.boolean_mask(rows, unknown)[:1])])
+    with tf.control_dependencies([known]):
+        return tf.argmax(tf.cast(same, tf.int32), axis=1, output_type=tf.int32) + first

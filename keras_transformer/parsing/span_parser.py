@@ -14,6 +14,10 @@ search, and no beam size or alpha (DecodeConfig's are not read).
 
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32
+  score            source (B,) string, target (B,) string -> scores (B,) float32: the score of any
+                   bracketed tree over the sentence's words, as serving_default writes trees (its
+                   labels and tags the parser's own; no root wrapper, no function tags), which for
+                   serving_default's own answer is the score it gave; 0 for "" over an empty sentence
 A tree's score is its log-probability under the model, whose spans and tags are independent given
 the sentence: the sum of log p(label) over every span of the sentence (no constituent for a span
 the tree does not have) and of log p(tag) over its words (the tag dictionary restricts which tags
@@ -22,7 +26,8 @@ not counted). As the seq2seq Parser's `scores`, higher is more confident; the tw
 are not on one scale. Empty (whitespace-only) sentences give "" with score 0. Words are split at
 any whitespace, "(" and ")" written -LRB- and -RRB- as the PTB does (as Parser). A sentence whose
 pieces, with BOS and EOS, are more than the model's max_length is refused with an
-InvalidArgumentError naming the limit.
+InvalidArgumentError naming the limit; so is a `score` tree that is not one, one over other words
+than its sentence's, or one with a label or tag the parser does not know, quoting the tree.
 """
 import json
 import pathlib
@@ -30,13 +35,13 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.export import HOST, Translator
+from keras_transformer.export import HOST, Translator, _valid_utf8
 from keras_transformer.files import write_text_atomically
 from keras_transformer.parsing.parser import Parser, TagDictionaryTables, escape_words
-from keras_transformer.parsing.span_charts import trees_from_span_scores
+from keras_transformer.parsing.span_charts import read_bracketed_trees, trees_from_span_scores
 from keras_transformer.parsing.span_model import piece_character_table, word_characters, word_pieces
 from keras_transformer.parsing.spans import tree_spans
-from keras_transformer.parsing.trees import parse_tree
+from keras_transformer.parsing.trees import escape_word, parse_tree
 from keras_transformer.training.summaries import figure_png
 
 
@@ -119,24 +124,26 @@ class SpanParser(Translator):
                       tag_dictionary=None if self.tag_dictionary is None else self.tag_dictionary.summary())
         return values
 
+    def warmup_score_targets(self, sentences):
+        """A tree over each warm-up sentence for `score` (a flat one: the parser's first label over
+        the words, each under its first tag); None (no warm-up request) for a parser that has no
+        label, which no sentence of two words or more could be scored with."""
+        if len(self.span_labels.labels) < 2:
+            return None
+        label, tag = self.span_labels.labels[1], self.span_labels.tags[0]
+        trees = []
+        for sentence in sentences:
+            words = [f"({tag} {escape_word(word)})" for word in sentence.split()]
+            trees.append(f"({label} {' '.join(words)})" if len(words) > 1 else "".join(words))
+        return trees
+
     def decoding(self) -> str:
         return "CKY" if not self.constituent_bias else f"CKY, constituent bias {self.constituent_bias:g}"
 
     def _parse(self, inputs):
         """(trees (B,), scores (B,)) of raw sentences (B,)."""
         words, sentences = Parser._words(inputs)
-        with tf.device(HOST):
-            source_ids, starts, ends, counts, chars = self._word_pieces(sentences)
-        limit = self.model.config.max_length
-        check = tf.debugging.assert_less_equal(
-            tf.shape(source_ids)[1], limit,
-            message=f"a sentence is too long for this parser: its SentencePiece pieces with BOS and EOS are more "
-                    f"than the model's max_length, {limit}")
-        with tf.control_dependencies([check]):
-            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False,
-                                                             word_chars=chars)
-        log_probs = tf.nn.log_softmax(span_logits)
-        tag_log_probs = tf.nn.log_softmax(tf.cast(tag_logits, tf.float32))  # (B, N, tags), every tag
+        log_probs, tag_log_probs, counts = self._log_probs(sentences)
         choices = tag_log_probs
         if self.tag_dictionary is not None:
             allowed = tf.gather(self._tag_tables.row_masks, self._tag_tables.word_rows(words))  # (B, N, tags)
@@ -149,6 +156,22 @@ class SpanParser(Translator):
                                                   self.span_labels.labels, self.span_labels.tags,
                                                   self.constituent_bias)
         return trees, spans + tags
+
+    def _log_probs(self, sentences):
+        """(span log-probabilities (B, N + 1, N + 1, L), tag log-probabilities (B, N, tags), word counts (B,))
+        of sentences (B,) as the model reads them (Parser._words)."""
+        with tf.device(HOST):
+            source_ids, starts, ends, counts, chars = self._word_pieces(sentences)
+        limit = self.model.config.max_length
+        check = tf.debugging.assert_less_equal(
+            tf.shape(source_ids)[1], limit,
+            message=f"a sentence is too long for this parser: its SentencePiece pieces with BOS and EOS are more "
+                    f"than the model's max_length, {limit}")
+        with tf.control_dependencies([check]):
+            span_logits, tag_logits = self.model.span_scores(source_ids, starts, ends, counts, training=False,
+                                                             word_chars=chars)
+        return (tf.nn.log_softmax(span_logits), tf.nn.log_softmax(tf.cast(tag_logits, tf.float32)),  # every tag
+                counts)
 
     def _word_pieces(self, sentences):
         """word_pieces' outputs and, for a model with character features, word_characters' (else None)."""
@@ -177,7 +200,36 @@ class SpanParser(Translator):
                                                                      f"marked: the answer's {len(spans)} spans")
 
     translate_nbest = None  # n-best trees are not offered
-    score = None
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="source"),
+                                                   tf.TensorSpec([None], tf.string, name="target")])
+    def score(self, source, target):
+        """log p(tree | sentence) of bracketed trees over raw sentences' words, as `parse` scores its
+        answers (module docstring)."""
+        with tf.device(HOST):
+            sizes = tf.debugging.assert_equal(tf.size(source), tf.size(target),
+                                              message="score: source and target must hold as many strings")
+            with tf.control_dependencies([sizes]):
+                words, sentences = Parser._words(source)
+            tree_words, tag_ids, spans, label_ids = read_bracketed_trees(
+                _valid_utf8(target), self.span_labels.labels, self.span_labels.tags)
+            joined = tf.strings.reduce_join(tree_words, axis=1, separator=" ")
+            same = tf.equal(joined, tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))
+            check = tf.debugging.Assert(tf.reduce_all(same), [
+                "score: the words of a tree are not those of its sentence (split at whitespace, brackets written "
+                "-LRB- and -RRB-), e.g. the tree", tf.boolean_mask(target, ~same)[:1]])
+        log_probs, tag_log_probs, counts = self._log_probs(sentences)
+        size = tf.shape(log_probs)[1]
+        index = tf.range(size)
+        inside = (index[None, :, None] < index[None, None, :]) & (index[None, None, :] <= counts[:, None, None])
+        nothing = tf.reduce_sum(tf.where(inside, log_probs[..., 0], 0.0), axis=[1, 2])  # every span no constituent
+        with tf.control_dependencies([check]):  # the trees' words are the sentences': their spans and tags fit
+            gained = tf.gather_nd(log_probs, spans)  # (K, L): the trees' spans
+            gained = tf.gather(gained, label_ids, batch_dims=1) - gained[:, 0]
+            tags = tf.gather(tag_log_probs, tag_ids.to_tensor(0), batch_dims=2)  # (B, N)
+            tags = tf.where(tf.sequence_mask(counts, tf.shape(tags)[1]), tags, 0.0)
+            return {"scores": (nothing + tf.math.unsorted_segment_sum(gained, spans[:, 0], tf.shape(counts)[0])
+                               + tf.reduce_sum(tags, axis=1))}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def parse(self, inputs):
@@ -192,4 +244,4 @@ class SpanParser(Translator):
         return {"translations": trees}
 
     def signatures(self):
-        return {"serving_default": self.parse}
+        return {"serving_default": self.parse, "score": self.score}

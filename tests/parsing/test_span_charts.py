@@ -1,6 +1,8 @@
 """The span parser's charts in TensorFlow ops: the best trees of a batch and their log-probabilities
 against spans.best_spans (Python's CKY) on random scores, and the gold span labels from depth labels
 against tree_spans, on hand-made and toy trees and every tree of GUM's dev and test sets."""
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,9 +10,11 @@ import tensorflow as tf
 from keras_transformer.data.factory import require_shared_data
 from keras_transformer.parsing import parse_tree, read_treebank
 from keras_transformer.parsing.depth_labels import common_ancestor_counts, encode
-from keras_transformer.parsing.span_charts import by_width, from_width, gold_span_labels, trees_from_span_scores
+from keras_transformer.parsing.span_charts import (by_width, from_width, gold_span_labels, read_bracketed_trees,
+                                                  trees_from_span_scores)
 from keras_transformer.parsing.spans import SpanLabels, best_spans, tree_from_spans, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from keras_transformer.parsing.trees import escape_word
 
 LABELS = ("", "S", "NP", "VP", "S+VP")
 TAGS = ("DT", "NN", "VBD")
@@ -79,6 +83,20 @@ def check_gold_spans(trees, span_labels, labeller=gold_span_labels):
         np.testing.assert_array_equal(gold[row], expected, err_msg=tree.to_string())
 
 
+def check_read_trees(trees, span_labels, reader=read_bracketed_trees):
+    """read_bracketed_trees of the trees' text against their words, tags and tree_spans."""
+    words, tags, spans, labels = reader(tf.constant([tree.to_string() for tree in trees]),
+                                        tf.constant(span_labels.labels), tf.constant(span_labels.tags))
+    found = [{} for _ in trees]
+    for (row, start, end), label in zip(spans.numpy().tolist(), labels.numpy().tolist()):
+        assert (start, end) not in found[row]
+        found[row][(start, end)] = span_labels.labels[label]
+    for row, tree in enumerate(trees):
+        assert [word.decode() for word in words[row].numpy()] == [escape_word(word) for word in tree.words()]
+        assert [span_labels.tags[tag] for tag in tags[row].numpy()] == tree.tags()
+        assert found[row] == tree_spans(tree), tree.to_string()
+
+
 def test_gold_span_labels_of_hand_made_and_toy_trees(tmp_path):
     trees = [parse_tree("(S (NP (PRP I)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))"),
              parse_tree("(S (VP (VB Go) (ADVP (RB away))))"), parse_tree("(S (NP (UH Yes)))"),
@@ -86,6 +104,27 @@ def test_gold_span_labels_of_hand_made_and_toy_trees(tmp_path):
     write_toy_treebank(tmp_path, seed=3, sizes={"train": 60, "dev": 1, "test": 1})
     trees += list(read_treebank(tmp_path / "train.mrg"))
     check_gold_spans(trees, SpanLabels.from_trees(trees))
+    check_read_trees(trees, SpanLabels.from_trees(trees))
+
+
+@pytest.mark.parametrize("tree, what", [
+    ("(S (NP (PRP I))", "not a bracketed tree"),  # never closed
+    ("(S (NP (PRP I)))) (", "not a bracketed tree"),  # closed too often
+    ("(S (NP (PRP I))) (NP (PRP I))", "not a bracketed tree"),  # two at the top
+    ("I", "not a bracketed tree"),  # a word under no tag
+    ("(S (NP (PRP I) me))", "not a bracketed tree"),  # a word beside a tag
+    ("(S (NP) (PRP I))", "not a bracketed tree"),  # a constituent without words
+    ("(S ())", "not a bracketed tree"),  # no label
+    ("(S (NP (XYZ I)))", "a tag this parser does not know"),
+    ("(ROOT (S (NP (PRP I))))", "a constituent label this parser does not know"),
+    ("(S (NP-SBJ (PRP I)))", "a constituent label this parser does not know"),
+])
+def test_reading_a_bad_tree_names_what_is_wrong_and_quotes_it(tree, what):
+    span_labels = SpanLabels(["", "S", "NP", "S+NP"], ["PRP"])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"score: {what}(.|\n)*{re.escape(tree)}"):
+        read_bracketed_trees(tf.constant(["(S (NP (PRP I)))", tree]), span_labels.labels, span_labels.tags)
+    words, _, spans, _ = read_bracketed_trees(tf.constant(["", "(PRP I)"]), span_labels.labels, span_labels.tags)
+    assert words.to_list() == [[], [b"I"]] and spans.shape == (0, 3)
 
 
 def test_gold_span_labels_of_every_gum_dev_and_test_tree():
@@ -95,5 +134,7 @@ def test_gold_span_labels_of_every_gum_dev_and_test_tree():
                    key=lambda tree: len(tree.words()))
     span_labels = SpanLabels.from_trees(trees)
     labeller = tf.function(gold_span_labels, reduce_retracing=True)  # as in a training step
+    reader = tf.function(read_bracketed_trees, reduce_retracing=True)  # as in a SavedModel's `score`
     for start in range(0, len(trees), 256):  # batches of similar lengths
         check_gold_spans(trees[start:start + 256], span_labels, labeller)
+        check_read_trees(trees[start:start + 256], span_labels, reader)

@@ -402,16 +402,31 @@ def test_a_span_parsers_score_is_the_log_probability_of_its_tree(depth_run):
     outputs = [parser.parse(tf.constant(sentences)) for parser in parsers]
     assert outputs[0]["trees"].numpy().tolist() != outputs[1]["trees"].numpy().tolist()  # other tags
     assert outputs[0]["trees"].numpy().tolist() != outputs[2]["trees"].numpy().tolist()  # more spans
-    for output in outputs:
+    def log_prob(row, tree):
+        spans, length = tree_spans(tree), len(tree.words())
+        return (sum(span_log_probs[row, start, end, span_labels.label_id(spans.get((start, end), ""))]
+                    for end in range(1, length + 1) for start in range(end))
+                + sum(tag_log_probs[row, index, span_labels.tag_id(tag)] for index, tag in enumerate(tree.tags())))
+
+    for parser, output in zip(parsers, outputs):
         answers, scores = output["trees"].numpy(), output["scores"].numpy()
         assert answers[-1] == b"" and scores[-1] == 0.0
         for row, answer in enumerate(answers[:-1]):
-            tree = parse_tree(answer.decode())
-            spans, length = tree_spans(tree), len(tree.words())
-            expected = sum(span_log_probs[row, start, end, span_labels.label_id(spans.get((start, end), ""))]
-                           for end in range(1, length + 1) for start in range(end))
-            expected += sum(tag_log_probs[row, index, span_labels.tag_id(tag)] for index, tag in enumerate(tree.tags()))
-            assert scores[row] == pytest.approx(expected, rel=1e-5), (row, answer)
+            assert scores[row] == pytest.approx(log_prob(row, parse_tree(answer.decode())), rel=1e-5), (row, answer)
+        # The `score` signature gives an answer the score `parse` gave it, and any other tree its own.
+        np.testing.assert_allclose(parser.score(tf.constant(sentences), output["trees"])["scores"].numpy(), scores,
+                                   rtol=1e-5)
+    gold = [tree.to_string() for tree in trees[:6]] + [""]
+    scored = parsers[1].score(tf.constant(sentences), tf.constant(gold))["scores"].numpy()
+    assert scored.tolist() != outputs[1]["scores"].numpy().tolist()
+    for row, tree in enumerate(trees[:6]):
+        assert scored[row] == pytest.approx(log_prob(row, tree), rel=1e-5), gold[row]
+    assert scored[-1] == 0.0
+    for source, target, message in [(sentences[:2], gold[1::-1], "the words of a tree are not those of its sentence"),
+                                     (sentences[:1], gold[:1] * 2, "source and target must hold as many strings"),
+                                     (sentences[:1], [gold[0][:-1]], "not a bracketed tree")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"score: {message}"):
+            parsers[0].score(tf.constant(source), tf.constant(target))
 
 
 def spelled(word):
@@ -564,6 +579,9 @@ def test_the_span_parser_with_character_features_parses_and_exports(depth_run, t
     served = loaded.signatures["serving_default"](inputs=sentences)
     assert served["trees"].numpy().tolist() == answers
     np.testing.assert_allclose(served["scores"].numpy(), parser.parse(sentences)["scores"].numpy(), rtol=1e-6)
+    gold = tf.constant([tree.to_string() for tree in trees[:5]] + [""])
+    np.testing.assert_allclose(loaded.signatures["score"](source=sentences, target=gold)["scores"].numpy(),
+                               parser.score(sentences, gold)["scores"].numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="span_char_filters=8 gives a span parser character features"):
         Transformer(model.config)
     for bad in (-1, 1.5, True):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
@@ -17,6 +18,7 @@ from pipelines import toy_treebank as toy_treebank_command
 from pipelines import parse, train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
 from tests.op_lists import PYTHON_OPS, SENTENCEPIECE_OPS, core_op_names, list_ops  # noqa: F401
+from tests.test_export import answer_warmup_requests
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 SENTENCES = ["the dog saw a cat .", "", "Anna laughed ( quietly ) .", "hello"]
@@ -115,7 +117,10 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     assert json.loads((workdir / "model_config.json").read_text())["span_char_filters"] == 16
     saved_model = export_dir / "1"  # the resumed run's, the first export
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
-    assert settings["parser"] == "span" and settings["signatures"] == ["serving_default"]
+    assert settings["parser"] == "span" and settings["signatures"] == ["serving_default", "score"]
+    # TF Serving runs the warm-up requests as it loads the model: `score`'s are trees it can score.
+    loaded = tf.saved_model.load(str(saved_model))
+    assert answer_warmup_requests(saved_model, loaded, "exported") == ["serving_default", "score"]
     listed = list_ops(saved_model, core_op_names)
     registered = listed["registered"]
     assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
