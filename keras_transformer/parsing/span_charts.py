@@ -259,10 +259,11 @@ def _name_ids(names, values, rows, trees, first, what):
     InvalidArgumentError quotes the first value that is not there and its tree (trees[rows[k]])."""
     # A comparison with every name, not a lookup table: a table made inside a function is a
     # resource that a SavedModel does not keep.
-    same = tf.equal(values[:, None], tf.convert_to_tensor(names, tf.string)[None, first:])  # (K, names)
+    names = tf.convert_to_tensor(names, tf.string)[first:]
+    same = tf.equal(values[:, None], names[None, :])  # (K, names): at most one True a row, names being distinct
     unknown = ~tf.reduce_any(same, axis=1)
     known = tf.debugging.Assert(tf.reduce_all(~unknown), [
         f"score: a {what} this parser does not know (function tags and root labels are not its own):",
         tf.boolean_mask(values, unknown)[:1], "in the tree", tf.gather(trees, tf.boolean_mask(rows, unknown)[:1])])
-    with tf.control_dependencies([known]):
-        return tf.argmax(tf.cast(same, tf.int32), axis=1, output_type=tf.int32) + first
+    with tf.control_dependencies([known]):  # a sum, not an argmax, which fails over no names
+        return tf.reduce_sum(tf.where(same, tf.range(tf.shape(names)[0])[None, :], 0), axis=1) + first

@@ -1,6 +1,7 @@
 """The span parser's charts in TensorFlow ops: the best trees of a batch and their log-probabilities
 against spans.best_spans (Python's CKY) on random scores, and the gold span labels from depth labels
-against tree_spans, on hand-made and toy trees and every tree of GUM's dev and test sets."""
+and the spans of bracketed trees read in TensorFlow ops against tree_spans, on hand-made and toy
+trees and every tree of GUM's dev and test sets; bad trees refused, quoted."""
 import re
 
 import numpy as np
@@ -123,8 +124,9 @@ def test_reading_a_bad_tree_names_what_is_wrong_and_quotes_it(tree, what):
     span_labels = SpanLabels(["", "S", "NP", "S+NP"], ["PRP"])
     with pytest.raises(tf.errors.InvalidArgumentError, match=rf"score: {what}(.|\n)*{re.escape(tree)}"):
         read_bracketed_trees(tf.constant(["(S (NP (PRP I)))", tree]), span_labels.labels, span_labels.tags)
-    words, _, spans, _ = read_bracketed_trees(tf.constant(["", "(PRP I)"]), span_labels.labels, span_labels.tags)
-    assert words.to_list() == [[], [b"I"]] and spans.shape == (0, 3)
+    for labels in (span_labels.labels, [""]):  # also a parser that has no constituent labels
+        words, tags, spans, _ = read_bracketed_trees(tf.constant(["", "(PRP I)"]), labels, span_labels.tags)
+        assert words.to_list() == [[], [b"I"]] and tags.to_list() == [[], [0]] and spans.shape == (0, 3)
 
 
 def test_gold_span_labels_of_every_gum_dev_and_test_tree():
