@@ -385,7 +385,9 @@ def test_a_span_parsers_score_is_the_log_probability_of_its_tree(depth_run):
     """`scores`: log p of the answer under the model, every span of the sentence with its label in
     the tree (none if not in it) and every word with its tag, computed here from the model's scores
     and the answer's text; with a tag dictionary too, which restricts the tags chosen, not the
-    distribution they are scored by; with a constituent bias, which is not counted; 0 for ""."""
+    distribution they are scored by; with a constituent bias, which is not counted; 0 for "". The
+    `score` signature gives each answer that score and a gold tree its own log p, and refuses a
+    tree over other words, a batch of other sizes and a tree that is not one."""
     trees, _, tokenizer, span_labels, _ = depth_run
     keras.utils.set_random_seed(6)
     model = small_model(tokenizer, span_labels)
@@ -402,6 +404,7 @@ def test_a_span_parsers_score_is_the_log_probability_of_its_tree(depth_run):
     outputs = [parser.parse(tf.constant(sentences)) for parser in parsers]
     assert outputs[0]["trees"].numpy().tolist() != outputs[1]["trees"].numpy().tolist()  # other tags
     assert outputs[0]["trees"].numpy().tolist() != outputs[2]["trees"].numpy().tolist()  # more spans
+
     def log_prob(row, tree):
         spans, length = tree_spans(tree), len(tree.words())
         return (sum(span_log_probs[row, start, end, span_labels.label_id(spans.get((start, end), ""))]
