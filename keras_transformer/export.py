@@ -52,7 +52,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.config import BOS_ID, EOS_ID, MAX_ALPHA, PAD_ID, DecodeConfig, TransformerConfig
+from keras_transformer.config import EOS_ID, MAX_ALPHA, PAD_ID, DecodeConfig, TransformerConfig
 from keras_transformer.data.text_files import strip_whitespace
 from keras_transformer.decoding import beam_search
 from keras_transformer.model import Transformer, transposed_here
