@@ -210,11 +210,11 @@ class SpanParser(Translator):
             sizes = tf.debugging.assert_equal(tf.size(source), tf.size(target),
                                               message="score: source and target must hold as many strings")
             with tf.control_dependencies([sizes]):
-                words, sentences = Parser._words(source)
+                _, sentences = Parser._words(source)
             tree_words, tag_ids, spans, label_ids = read_bracketed_trees(
                 _valid_utf8(target), self.span_labels.labels, self.span_labels.tags)
-            joined = tf.strings.reduce_join(tree_words, axis=1, separator=" ")
-            same = tf.equal(joined, tf.strings.reduce_join(escape_words(words), axis=1, separator=" "))
+            # Parser._words' sentences are the escaped words joined by spaces, as these are.
+            same = tf.equal(tf.strings.reduce_join(tree_words, axis=1, separator=" "), sentences)
             check = tf.debugging.Assert(tf.reduce_all(same), [
                 "score: the words of a tree are not those of its sentence (split at whitespace, brackets written "
                 "-LRB- and -RRB-), e.g. the tree", tf.boolean_mask(target, ~same)[:1]])
