@@ -17,6 +17,7 @@ the word's unary chain.
 import tensorflow as tf
 
 from keras_transformer.parsing.depth_labels import trees_from_labels
+from keras_transformer.parsing.trees import EMPTY_ELEMENT_TAG, ROOT_LABELS
 
 
 def by_width(dense):
@@ -172,18 +173,20 @@ def gold_span_labels(counts, lca_ids, unary_ids, lengths):
 
 def read_bracketed_trees(trees, label_names, tag_names):
     """Bracketed trees (B,) string, as a span parser writes them ("(S (NP (PRP I)) (VP (VBD saw)))",
-    one constituent at the top, no root wrapper; "" for a sentence without words), read in
+    one constituent at the top; "" for a sentence without words) or as treebanks do (over several
+    lines, with a root wrapper, function tags and empty elements: preprocessed_trees), read in
     TensorFlow ops: (words ragged (B, None) string; tag ids ragged (B, None) int32, the indices of
     tag_names; spans (K, 3) int32 [b, i, j] of every constituent, unary chains collapsed as
     spans.tree_spans collapses them ("S+VP"); their label ids (K,) int32, the indices of label_names,
     whose entry 0 ("", no constituent) no label matches).
 
-    An InvalidArgumentError quotes the first tree that is not one (unbalanced brackets, text outside
-    the top constituent, a word not directly under a tag, a constituent without words), or the
-    first label or tag that is not in label_names / tag_names, with its tree.
+    An InvalidArgumentError quotes the first tree, as given, that is not one (unbalanced brackets,
+    text outside the top constituent, a word not directly under a tag, a constituent without words
+    other than those its empty elements leave), or the first label or tag that is not in
+    label_names / tag_names, with its tree.
     """
     trees = tf.convert_to_tensor(trees, tf.string)
-    tokens = tf.strings.split(tf.strings.regex_replace(trees, r"([()])", r" \1 "))  # (B, None)
+    tokens = tf.strings.split(tf.strings.regex_replace(preprocessed_trees(trees), r"([()])", r" \1 "))  # (B, None)
     dense = tf.pad(tokens.to_tensor(""), [[0, 0], [0, 1]], constant_values="")  # (B, T): a column past every tree
     lengths = tf.cast(tokens.row_lengths(), tf.int32)
     position = tf.range(tf.shape(dense)[1])[None, :]
@@ -212,6 +215,53 @@ def read_bracketed_trees(trees, label_names, tag_names):
     tag_ids = _name_ids(tag_names, tags.flat_values, tf.cast(tags.value_rowids(), tf.int32), trees, 0, "tag")
     return (words, tags.with_flat_values(tag_ids), spans,
             _name_ids(label_names, chains, spans[:, 0], trees, 1, "constituent label"))
+
+
+# An empty element, "(-NONE- *T*-1)", and then a bracket that holds nothing but a label and what
+# empty elements left, become _EMPTY; a bracket that holds only a label in the tree as written is no
+# tree, and read_bracketed_trees refuses it.
+_EMPTY = "\x00"
+_EMPTY_ELEMENT = r"\(\s*" + EMPTY_ELEMENT_TAG + r"\s+[^()\s]+\s*\)"  # no character of "-NONE-" is special
+_EMPTIED = r"\(\s*[^()\s\x00]*(\s*\x00)+\s*\)"
+# A constituent's label (one followed by a bracket, not a tag followed by its word) with a function
+# tag or an index: "(NP-SBJ-1 (", "(NP=2 (". Labels that start with "-" (-NONE-, -LRB-) stay whole.
+_FUNCTION_TAGGED = r"\((\s*)([^-=()\s][^-=()\s]*)[-=][^()\s]*(\s*)\("
+_WRAPPED = r"(?s)^\s*\(\s*(?:" + "|".join(label for label in ROOT_LABELS if label) + r")?\s*(\(.*\))\s*\)\s*$"
+
+
+def preprocessed_trees(trees):
+    """trees.preprocess in TensorFlow ops, on bracketed trees (B,) string: empty elements and the
+    constituents they leave empty dropped, function tags and indices stripped from constituent labels
+    (NP-SBJ-1 -> NP), root wrappers ("( (S ...))", "(ROOT (S ...))", "(TOP ...)") over a single
+    constituent removed; tags and words as they are. A preprocessed tree comes back as it is, up to
+    whitespace; text that is not a tree is for read_bracketed_trees to refuse."""
+    def until_unchanged(step, trees):
+        def body(trees, _):
+            changed = step(trees)
+            return changed, tf.reduce_any(tf.not_equal(changed, trees))
+        return tf.while_loop(lambda _, changing: changing, body, (trees, tf.constant(True)))[0]
+
+    trees = tf.strings.regex_replace(trees, _EMPTY_ELEMENT, _EMPTY)
+    trees = until_unchanged(lambda trees: tf.strings.regex_replace(trees, _EMPTIED, _EMPTY), trees)
+    trees = tf.strings.regex_replace(trees, r"\x00", " ")
+    # Two passes: a match takes the next label's "(" with it, so the first leaves every other label
+    # of a chain "(S-1 (NP-SBJ (NP-2 (" to the second.
+    for _ in range(2):
+        trees = tf.strings.regex_replace(trees, _FUNCTION_TAGGED, r"(\1\2\3(")
+    return until_unchanged(_unwrapped_roots, trees)
+
+
+def _unwrapped_roots(trees):
+    """Each tree (B,) string whose top bracket is a root wrapper over one constituent, without it."""
+    tokens = tf.strings.split(tf.strings.regex_replace(trees, r"([()])", r" \1 "))  # (B, None)
+    dense = tf.pad(tokens.to_tensor(""), [[0, 0], [0, 3]], constant_values="")  # at least 3 columns
+    depth = tf.cumsum(tf.cast(tf.equal(dense, "("), tf.int32) - tf.cast(tf.equal(dense, ")"), tf.int32), axis=1)
+    children = tf.reduce_sum(tf.cast(tf.equal(dense, ")") & tf.equal(depth, 1), tf.int32), axis=1)
+    label, after = dense[:, 1], dense[:, 2]
+    named = tf.reduce_any(tf.equal(label[:, None], [name for name in ROOT_LABELS if name]), axis=1)
+    wrapper = (tf.equal(dense[:, 0], "(") & (tf.equal(label, "(") | (named & tf.equal(after, "(")))
+               & tf.equal(children, 1))
+    return tf.where(wrapper, tf.strings.regex_replace(trees, _WRAPPED, r"\1"), trees)
 
 
 def _shifted(values, by, fill=False):

@@ -15,9 +15,11 @@ search, and no beam size or alpha (DecodeConfig's are not read).
 Signatures:
   serving_default  inputs (B,) string -> trees (B,) string, scores (B,) float32
   score            source (B,) string, target (B,) string -> scores (B,) float32: the score of any
-                   bracketed tree over the sentence's words, as serving_default writes trees (its
-                   labels and tags the parser's own; no root wrapper, no function tags), which for
-                   serving_default's own answer is the score it gave; 0 for "" over an empty sentence
+                   bracketed tree over the sentence's words (its labels and tags the parser's own),
+                   written as serving_default writes trees or as a treebank does (preprocessed as
+                   the training trees were: root wrapper, function tags and empty elements
+                   removed), which for serving_default's own answer is the score it gave; 0 for ""
+                   over an empty sentence
 A tree's score is its log-probability under the model, whose spans and tags are independent given
 the sentence: the sum of log p(label) over every span of the sentence (no constituent for a span
 the tree does not have) and of log p(tag) over its words (the tag dictionary restricts which tags

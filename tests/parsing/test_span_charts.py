@@ -15,7 +15,8 @@ from keras_transformer.parsing.span_charts import (by_width, from_width, gold_sp
                                                   trees_from_span_scores)
 from keras_transformer.parsing.spans import SpanLabels, best_spans, tree_from_spans, tree_spans
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
-from keras_transformer.parsing.trees import escape_word
+from keras_transformer.parsing.treebank import read_raw_trees
+from keras_transformer.parsing.trees import escape_word, preprocess
 
 LABELS = ("", "S", "NP", "VP", "S+VP")
 TAGS = ("DT", "NN", "VBD")
@@ -84,10 +85,12 @@ def check_gold_spans(trees, span_labels, labeller=gold_span_labels):
         np.testing.assert_array_equal(gold[row], expected, err_msg=tree.to_string())
 
 
-def check_read_trees(trees, span_labels, reader=read_bracketed_trees):
-    """read_bracketed_trees of the trees' text against their words, tags and tree_spans."""
-    words, tags, spans, labels = reader(tf.constant([tree.to_string() for tree in trees]),
-                                        tf.constant(span_labels.labels), tf.constant(span_labels.tags))
+def check_read_trees(trees, span_labels, reader=read_bracketed_trees, texts=None):
+    """read_bracketed_trees of the trees' text (or of texts, the trees as a treebank writes them)
+    against their words, tags and tree_spans."""
+    texts = [tree.to_string() for tree in trees] if texts is None else texts
+    words, tags, spans, labels = reader(tf.constant(texts), tf.constant(span_labels.labels),
+                                        tf.constant(span_labels.tags))
     found = [{} for _ in trees]
     for (row, start, end), label in zip(spans.numpy().tolist(), labels.numpy().tolist()):
         assert (start, end) not in found[row]
@@ -117,8 +120,8 @@ def test_gold_span_labels_of_hand_made_and_toy_trees(tmp_path):
     ("(S (NP) (PRP I))", "not a bracketed tree"),  # a constituent without words
     ("(S ())", "not a bracketed tree"),  # no label
     ("(S (NP (XYZ I)))", "a tag this parser does not know"),
-    ("(ROOT (S (NP (PRP I))))", "a constituent label this parser does not know"),
-    ("(S (NP-SBJ (PRP I)))", "a constituent label this parser does not know"),
+    ("(S (NP (-NONE- *)) (NP) (PRP I))", "not a bracketed tree"),  # emptied by preprocessing, and not
+    ("(ROOT (S (NP (PRP I))) (NP (PRP I)))", "a constituent label this parser does not know"),  # a wrapper over 2
 ])
 def test_reading_a_bad_tree_names_what_is_wrong_and_quotes_it(tree, what):
     span_labels = SpanLabels(["", "S", "NP", "S+NP"], ["PRP"])
@@ -127,6 +130,24 @@ def test_reading_a_bad_tree_names_what_is_wrong_and_quotes_it(tree, what):
     for labels in (span_labels.labels, [""]):  # also a parser that has no constituent labels
         words, tags, spans, _ = read_bracketed_trees(tf.constant(["", "(PRP I)"]), labels, span_labels.tags)
         assert words.to_list() == [[], [b"I"]] and tags.to_list() == [[], [0]] and spans.shape == (0, 3)
+
+
+def test_trees_as_treebanks_write_them_read_as_their_preprocessed_trees(tmp_path):
+    texts = ["( (S (NP-SBJ-1 (PRP I)) (VP (VBD saw) (NP (-NONE- *T*-1)))))",  # a WSJ .mrg tree
+             "(TOP ( (S-TPC-1 (NP-SBJ=2 (NP-X (PRP I))) (VP (VBD saw) (NP (-NONE- *)) "
+             "(SBAR (-NONE- 0) (S (-NONE- *T*-1)))) (. .))))",  # a chain of function tags; nested empties
+             "(ROOT\n  (S (NP (-LRB- -LRB-) (NN x)\n    (-RRB- -RRB-))))",  # over several lines
+             "( (NN word))", "( (-NONE- *))"]
+    write_toy_treebank(tmp_path, seed=5, sizes={"train": 60, "dev": 1, "test": 1})
+    texts += [tree.to_string() for _, tree in read_raw_trees(tmp_path / "train.mrg")]  # ROOT, NP-SBJ, -NONE-
+    trees = [preprocess(parse_tree(text)) for text in texts]
+    assert trees[-61] is None and {text[:6] for text in texts[-60:]} == {"(ROOT "}
+    assert sum("-NONE-" in text for text in texts[-60:]) > 0
+    kept = [(tree, text) for tree, text in zip(trees, texts) if tree is not None]
+    check_read_trees([tree for tree, _ in kept], SpanLabels.from_trees([tree for tree, _ in kept]),
+                     texts=[text for _, text in kept])
+    words, tags, spans, _ = read_bracketed_trees(tf.constant(texts[-61:-60]), ["", "S"], ["NN"])
+    assert words.to_list() == [[]] and tags.to_list() == [[]] and spans.shape == (0, 3)
 
 
 def test_gold_span_labels_of_every_gum_dev_and_test_tree():
@@ -140,3 +161,9 @@ def test_gold_span_labels_of_every_gum_dev_and_test_tree():
     for start in range(0, len(trees), 256):  # batches of similar lengths
         check_gold_spans(trees[start:start + 256], span_labels, labeller)
         check_read_trees(trees[start:start + 256], span_labels, reader)
+    raw = sorted((tree for split in ("dev", "test") for tree in read_treebank(root / f"{split}.ptb", raw=True)),
+                 key=lambda tree: len(tree.words()))  # GUM's trees as written: a ROOT wrapper each
+    assert [preprocess(tree) for tree in raw] == trees
+    for start in range(0, len(trees), 256):
+        check_read_trees(trees[start:start + 256], span_labels, reader,
+                         texts=[tree.to_string() for tree in raw[start:start + 256]])

@@ -386,8 +386,9 @@ def test_a_span_parsers_score_is_the_log_probability_of_its_tree(depth_run):
     the tree (none if not in it) and every word with its tag, computed here from the model's scores
     and the answer's text; with a tag dictionary too, which restricts the tags chosen, not the
     distribution they are scored by; with a constituent bias, which is not counted; 0 for "". The
-    `score` signature gives each answer that score and a gold tree its own log p, and refuses a
-    tree over other words, a batch of other sizes and a tree that is not one."""
+    `score` signature gives each answer that score and a gold tree its own log p, as written or as a
+    treebank writes it, and refuses a tree over other words, a batch of other sizes and a tree that is
+    not one."""
     trees, _, tokenizer, span_labels, _ = depth_run
     keras.utils.set_random_seed(6)
     model = small_model(tokenizer, span_labels)
@@ -425,6 +426,12 @@ def test_a_span_parsers_score_is_the_log_probability_of_its_tree(depth_run):
     for row, tree in enumerate(trees[:6]):
         assert scored[row] == pytest.approx(log_prob(row, tree), rel=1e-5), gold[row]
     assert scored[-1] == 0.0
+    # The same trees as a WSJ .mrg file writes them: an unlabeled root bracket, function tags, indices
+    # and an empty element, over several lines.
+    as_written = [f"( ({tree.label}-TPC-1 (NP-SBJ (-NONE- *T*-1))\n  {text[len(tree.label) + 2:]})"
+                  for tree, text in zip(trees[:6], gold)] + [""]
+    assert all(not tree.is_preterminal for tree in trees[:6])
+    np.testing.assert_array_equal(parsers[1].score(tf.constant(sentences), tf.constant(as_written))["scores"], scored)
     for source, target, message in [(sentences[:2], gold[1::-1], "the words of a tree are not those of its sentence"),
                                      (sentences[:1], gold[:1] * 2, "source and target must hold as many strings"),
                                      (sentences[:1], [gold[0][:-1]], "not a bracketed tree")]:
