@@ -129,7 +129,12 @@ def tree_log_probs(span_log_probs, lengths, unaries, counts, lcas):
     (B, N + 1, N + 1, L), whose spans are independent given the sentence: the sum, over every span
     (i, j) with i < j <= lengths[b], of log p(its label in the tree), label 0 (no constituent) for
     a span that is not one. 0 for a sentence without words."""
-    labels = gold_span_labels(counts, lcas, unaries, lengths)  # (B, N + 1, N + 1), -1 outside the spans
+    return labelled_log_probs(span_log_probs, gold_span_labels(counts, lcas, unaries, lengths))
+
+
+def labelled_log_probs(span_log_probs, labels):
+    """The sum (B,) float32 of log p(labels[b, i, j]) under span_log_probs (B, N + 1, N + 1, L) over
+    the entries of labels (B, N + 1, N + 1) int32 that are not -1 (those that are no span)."""
     picked = tf.gather(tf.cast(span_log_probs, tf.float32), tf.maximum(labels, 0), batch_dims=3)
     return tf.reduce_sum(tf.where(labels >= 0, picked, 0.0), axis=[1, 2])
 

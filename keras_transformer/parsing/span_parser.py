@@ -40,7 +40,7 @@ import tensorflow as tf
 from keras_transformer.export import HOST, Translator, _valid_utf8
 from keras_transformer.files import write_text_atomically
 from keras_transformer.parsing.parser import Parser, TagDictionaryTables, escape_words
-from keras_transformer.parsing.span_charts import read_bracketed_trees, trees_from_span_scores
+from keras_transformer.parsing.span_charts import labelled_log_probs, read_bracketed_trees, trees_from_span_scores
 from keras_transformer.parsing.span_model import piece_character_table, word_characters, word_pieces
 from keras_transformer.parsing.spans import tree_spans
 from keras_transformer.parsing.trees import escape_word, parse_tree
@@ -221,17 +221,14 @@ class SpanParser(Translator):
                 "score: the words of a tree are not those of its sentence (split at whitespace, brackets written "
                 "-LRB- and -RRB-), e.g. the tree", tf.boolean_mask(target, ~same)[:1]])
         log_probs, tag_log_probs, counts = self._log_probs(sentences)
-        size = tf.shape(log_probs)[1]
-        index = tf.range(size)
+        index = tf.range(tf.shape(log_probs)[1])
         inside = (index[None, :, None] < index[None, None, :]) & (index[None, None, :] <= counts[:, None, None])
-        nothing = tf.reduce_sum(tf.where(inside, log_probs[..., 0], 0.0), axis=[1, 2])  # every span no constituent
         with tf.control_dependencies([check]):  # the trees' words are the sentences': their spans and tags fit
-            gained = tf.gather_nd(log_probs, spans)  # (K, L): the trees' spans
-            gained = tf.gather(gained, label_ids, batch_dims=1) - gained[:, 0]
+            # Every span of the sentence: no constituent (0), unless it is one of the tree's.
+            labels = tf.tensor_scatter_nd_update(tf.where(inside, 0, -1), spans, label_ids)  # (B, N + 1, N + 1)
             tags = tf.gather(tag_log_probs, tag_ids.to_tensor(0), batch_dims=2)  # (B, N)
             tags = tf.where(tf.sequence_mask(counts, tf.shape(tags)[1]), tags, 0.0)
-            return {"scores": (nothing + tf.math.unsorted_segment_sum(gained, spans[:, 0], tf.shape(counts)[0])
-                               + tf.reduce_sum(tags, axis=1))}
+            return {"scores": labelled_log_probs(log_probs, labels) + tf.reduce_sum(tags, axis=1)}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def parse(self, inputs):
