@@ -108,8 +108,36 @@ def test_alpha_alone_is_refused_where_translate_nbest_would_narrow_the_beam(tmp_
         translate_pipeline.saved_model_translator(tmp_path / "1", None, 1.0)
 
 
+def test_mbr_chooses_among_the_nbest_lists_of_the_saved_model_and_of_the_run(tiny_saved_model, tiny_workdir,
+                                                                             tmp_path):
+    """--mbr N: the MBR choice (decoding.mbr) among translate_nbest's N best at the model's alpha, the
+    same from the SavedModel, from the run directory and from training.evaluation.MBRTranslator."""
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.decoding import mbr
+    from keras_transformer.export import load_model_from_workdir
+    from keras_transformer.training.evaluation import MBRTranslator
+
+    source, output = tmp_path / "input.txt", tmp_path / "output.txt"
+    source.write_text("".join(line + "\n" for line in LINES))
+    translate_pipeline.main(["--model", str(tiny_saved_model), "--input", str(source), "--output", str(output),
+                             "--mbr", "4", "--mbr-utility", "chrf"])
+    nbest = tf.saved_model.load(str(tiny_saved_model)).signatures["translate_nbest"](
+        inputs=tf.constant(LINES), beam_size=tf.constant(4), alpha=tf.constant(0.6))
+    assert nbest["translations"].shape == (len(LINES), 4)
+    texts = [[text.decode() for text in row] for row in nbest["translations"].numpy()]
+    expected = mbr.choose(texts, nbest["scores"].numpy().tolist(), "chrf")
+    assert output.read_text().splitlines() == expected and expected[1] == expected[3] == ""
+    assert translate_pipeline.translate_lines(
+        translate_pipeline.workdir_translator(tiny_workdir, None, 4, None, "chrf"),
+        [line.encode() for line in LINES], batch_size=3) == [text.encode() for text in expected]
+    model, proto, decode_config = load_model_from_workdir(tiny_workdir)
+    translator = MBRTranslator(model, SubwordTokenizer(proto), decode_config, utility="chrf", sentences_per_batch=2)
+    assert translator.translate(LINES) == expected
+
+
 def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
-    missing = tmp_path / "missing"
+    missing, lines = tmp_path / "missing", tmp_path / "lines.txt"
+    lines.write_text(SENTENCES[0] + "\n")
     cases = [
         (export_pipeline.main, ["--workdir", str(missing)], str(missing)),
         (export_pipeline.main, ["--workdir", str(tiny_workdir), "--checkpoint", str(missing / "ckpt-1")],
@@ -121,6 +149,12 @@ def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
         (translate_pipeline.main, ["--model", str(tiny_saved_model), "--input", str(missing)], str(missing)),
         (translate_pipeline.main, ["--model", str(tiny_saved_model), "--output", str(missing / "out.txt")],
          str(missing)),
+        (translate_pipeline.main, ["--model", str(tiny_saved_model), "--mbr", "1"],
+         "--mbr N chooses among N >= 2 candidates, got 1"),
+        (translate_pipeline.main, ["--model", str(tiny_saved_model), "--mbr", "4", "--beam-size", "2"],
+         "--mbr 4 decodes with a beam of 4; --beam-size 2 says otherwise"),
+        (translate_pipeline.main, ["--model", str(tiny_saved_model), "--mbr", "99", "--input", str(lines)],
+         f"--mbr 99 exceeds the largest beam size of {tiny_saved_model}: 8"),
         *[(translate_pipeline.main, ["--model", str(tiny_saved_model), "--alpha", alpha],
            f"--alpha must be a number in [0, 10] (0 ranks by log-probability; the paper's is 0.6), got {alpha}")
           for alpha in ("-1.0", "nan", "10.5")],
