@@ -1,7 +1,8 @@
 """Multi30k en->de on this machine: train for a fixed time, pick a checkpoint on val, report sacreBLEU.
 
     python benchmarks/multi30k.py [--minutes 60] [--preset small_data] [--workdir runs/multi30k-small_data]
-        [--candidates 5] [--ensembles K ...] [--beams 4 5] [--alphas 0.6 1.0 1.4] [--max-sentences N] [--threads 2]
+        [--candidates 5] [--ensembles K ...] [--beams 4 5] [--alphas 0.6 1.0 1.4] [--mbr N ...] [--max-sentences N]
+        [--threads 2]
         [--set FIELD=VALUE ...]
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
@@ -14,12 +15,14 @@ checkpoints, the average of the best ones by validation loss (workdir/checkpoint
 of the last and of the best --candidates checkpoints, and with --ensembles K, the ensemble of the
 last K checkpoints (their next-token distributions averaged at each step, keras_transformer.ensemble).
 The one with the best val BLEU is chosen, on val only; then, with it, the beam size and length
-penalty (--beams x --alphas) with the best val BLEU (lowercased for a `data.lowercase` run); and
-that is scored on test_2016_flickr and test_2017_flickr, whose translations are written to
+penalty (--beams x --alphas) with the best val BLEU (lowercased for a `data.lowercase` run), and
+with --mbr N, the minimum-Bayes-risk choice among the N best of a beam of N at that alpha
+(keras_transformer.decoding.mbr, sentence BLEU) if its val BLEU is higher still; and that is
+scored on test_2016_flickr and test_2017_flickr, whose translations are written to
 <workdir>/<test set>.hypotheses.de. Prints one JSON line per test set: {"task": "multi30k",
 "test_set", "bleu", "signature", "chrf", "bleu_lc", "chrf_lc" (lowercased) and their signatures,
 "checkpoint", "val_bleu", "candidates" (val BLEU of each), "decodings" (val BLEU of each beam and
-alpha), "beam", "alpha", "steps", ...}, and writes <workdir>/validation.png: validation
+alpha), "beam", "alpha", "mbr" (N or null), "steps", ...}, and writes <workdir>/validation.png: validation
 BLEU (on the first run.eval_sentences val sentences) and validation loss at each evaluation against
 training minutes (recorded with each evaluation in checkpoints/selection.json), the best
 checkpoints by loss and the chosen candidate marked.
@@ -57,6 +60,8 @@ def parse_args():
                              "the run's decode config: the paper's beam 4, alpha 0.6)")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0, 1.4],
                         help="length penalties tried on val with each of --beams (1.4: README, Results)")
+    parser.add_argument("--mbr", type=int, nargs="*", default=[], metavar="N",
+                        help="also try the MBR choice among the N best of a beam of N on val, at the chosen alpha")
     parser.add_argument("--threads", type=int, default=2, help="intra- and inter-op threads")
     parser.add_argument("--onednn", type=int, choices=(0, 1), default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -167,7 +172,7 @@ def main():
     from keras_transformer.data.corpora import read_aligned_files
     from keras_transformer.files import write_lines
     from keras_transformer.training.best_checkpoints import ValidationRecord
-    from keras_transformer.training.evaluation import BeamSearchTranslator, sacrebleu_scores, score
+    from keras_transformer.training.evaluation import BeamSearchTranslator, MBRTranslator, sacrebleu_scores, score
     from keras_transformer.training.run import train_and_evaluate
     from keras_transformer.training.run_config import RunConfigs, apply_overrides, preset_configs
 
@@ -210,7 +215,16 @@ def main():
         decodings[key] = round(bleu, 2)
         if bleu > val_bleu:
             translator, val_bleu = other, bleu
+    for size in args.mbr:  # the chosen alpha's n-best lists, the choice among them made by MBR
+        key = f"MBR among {size}, alpha {translator.decode_config.alpha:g}"
+        other = MBRTranslator(translator.model, tokenizer, dataclasses.replace(translator.decode_config, beam_size=size))
+        bleu = val_bleu_of(other)
+        log(f"val BLEU of {name} at {key}: {bleu:.2f}")
+        decodings[key] = round(bleu, 2)
+        if bleu > val_bleu:
+            translator, val_bleu = other, bleu
     decode = translator.decode_config
+    mbr_size = decode.beam_size if isinstance(translator, MBRTranslator) else None
     png = workdir / "validation.png"
     plot_validation(png, ValidationRecord.read(workdir), (name, steps),
                     f"Multi30k val, {args.preset}, {args.minutes:g}-minute budget, {result.step} steps"
@@ -221,7 +235,8 @@ def main():
         pairs = pairs[:args.max_sentences]
         hypotheses, references = translator.translate([s for s, _ in pairs], progress=True), [r for _, r in pairs]
         scores = score(hypotheses, references)
-        log(scores.report(f"{test_set} ({name}, beam {decode.beam_size}, alpha {decode.alpha:g})"))
+        log(scores.report(f"{test_set} ({name}, {'MBR among' if mbr_size else 'beam'} {decode.beam_size}, "
+                          f"alpha {decode.alpha:g})"))
         write_lines(workdir / f"{test_set}.hypotheses.de", hypotheses)
         # The published small-data figures (Wu et al. 2021) are lowercased BLEU: sacreBLEU's -lc beside them
         # (and chrF lowercased, the one that means something for a data.lowercase run's lowercase output).
@@ -236,7 +251,7 @@ def main():
              val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings, steps=result.step,
              stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
              wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=decode.beam_size,
-             alpha=decode.alpha, sentences=len(pairs))
+             alpha=decode.alpha, mbr=mbr_size, sentences=len(pairs))
 
 
 if __name__ == "__main__":
