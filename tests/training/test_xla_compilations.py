@@ -74,3 +74,15 @@ def test_the_training_step_compiles_once_per_batch_shape(tmp_path):
 
     compiled = _compiled_step_shapes(dumps)
     assert sorted(compiled) == sorted(fed), "one compilation per distinct shape"
+
+
+def test_xla_on_a_treebank_padded_side_by_side_says_how_to_keep_one_shape_per_bucket():
+    from keras_transformer.training.run import xla_padding_advice
+    from keras_transformer.training.run_config import apply_overrides, preset_configs
+
+    treebank = "treebank:train=train.mrg;validation=dev.mrg;test=test.mrg"
+    advice = xla_padding_advice(apply_overrides(preset_configs("tiny", treebank), ["run.jit_compile=true"]))
+    assert "--set data.separate_padding=false keeps one shape per bucket" in advice
+    for dataset, overrides in ((treebank, ["run.jit_compile=true", "data.separate_padding=false"]),
+                               (treebank, []), ("numbers", ["run.jit_compile=true"])):
+        assert xla_padding_advice(apply_overrides(preset_configs("tiny", dataset), overrides)) is None
