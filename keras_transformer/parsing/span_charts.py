@@ -191,15 +191,12 @@ def read_bracketed_trees(trees, label_names, tag_names):
     label_names / tag_names, with its tree.
     """
     trees = tf.convert_to_tensor(trees, tf.string)
-    tokens = tf.strings.split(tf.strings.regex_replace(preprocessed_trees(trees), r"([()])", r" \1 "))  # (B, None)
-    dense = tf.pad(tokens.to_tensor(""), [[0, 0], [0, 1]], constant_values="")  # (B, T): a column past every tree
-    lengths = tf.cast(tokens.row_lengths(), tf.int32)
+    # (B, T): a column past every tree
+    lengths, dense, is_open, is_close, depth = _bracket_tokens(preprocessed_trees(trees), 1)
     position = tf.range(tf.shape(dense)[1])[None, :]
     valid = position < lengths[:, None]
-    is_open, is_close = tf.equal(dense, "("), tf.equal(dense, ")")
     is_label = valid & _shifted(is_open, 1) & ~is_open & ~is_close
     is_word = valid & ~is_open & ~is_close & ~is_label
-    depth = tf.cumsum(tf.cast(is_open, tf.int32) - tf.cast(is_close, tf.int32), axis=1)  # after each token
     # One top constituent: the depth is above 0 inside it and 0 after its last token only. Each "("
     # is followed by a label; a word sits alone under a tag, "(TAG word)"; a constituent has a
     # constituent or a word after its label.
@@ -256,12 +253,21 @@ def preprocessed_trees(trees):
     return until_unchanged(_unwrapped_roots, trees)
 
 
+def _bracket_tokens(trees, columns_past):
+    """Bracketed text (B,) string as tokens, "(", ")" and what lies between: (tokens a row (B,) int32;
+    tokens (B, T) string, "" past a row's end and in `columns_past` more columns; where they are "("
+    and ")" (B, T) bool; the bracket depth after each token (B, T) int32)."""
+    tokens = tf.strings.split(tf.strings.regex_replace(trees, r"([()])", r" \1 "))  # (B, None)
+    dense = tf.pad(tokens.to_tensor(""), [[0, 0], [0, columns_past]], constant_values="")  # (B, T)
+    is_open, is_close = tf.equal(dense, "("), tf.equal(dense, ")")
+    depth = tf.cumsum(tf.cast(is_open, tf.int32) - tf.cast(is_close, tf.int32), axis=1)
+    return tf.cast(tokens.row_lengths(), tf.int32), dense, is_open, is_close, depth
+
+
 def _unwrapped_roots(trees):
     """Each tree (B,) string whose top bracket is a root wrapper over one constituent, without it."""
-    tokens = tf.strings.split(tf.strings.regex_replace(trees, r"([()])", r" \1 "))  # (B, None)
-    dense = tf.pad(tokens.to_tensor(""), [[0, 0], [0, 3]], constant_values="")  # at least 3 columns
-    depth = tf.cumsum(tf.cast(tf.equal(dense, "("), tf.int32) - tf.cast(tf.equal(dense, ")"), tf.int32), axis=1)
-    children = tf.reduce_sum(tf.cast(tf.equal(dense, ")") & tf.equal(depth, 1), tf.int32), axis=1)
+    _, dense, _, is_close, depth = _bracket_tokens(trees, 3)  # at least 3 columns
+    children = tf.reduce_sum(tf.cast(is_close & tf.equal(depth, 1), tf.int32), axis=1)
     label, after = dense[:, 1], dense[:, 2]
     named = tf.reduce_any(tf.equal(label[:, None], [name for name in ROOT_LABELS if name]), axis=1)
     wrapper = (tf.equal(dense[:, 0], "(") & (tf.equal(label, "(") | (named & tf.equal(after, "(")))
