@@ -84,8 +84,7 @@ def saved_model_translator(path, beam_size, alpha, mbr_utility=None):
 
 def mbr_choices(outputs, utility):
     """translate_nbest's outputs -> the MBR choice of each row (B,) string."""
-    nbest = [[text.decode("utf-8") for text in row] for row in outputs["translations"].numpy()]
-    return tf.constant(mbr.choose(nbest, outputs["scores"].numpy().tolist(), utility))
+    return tf.constant(mbr.choose_among_nbest(outputs, utility))
 
 
 def workdir_translator(workdir, checkpoint, beam_size, alpha, mbr_utility=None):

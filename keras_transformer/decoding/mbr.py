@@ -31,7 +31,10 @@ def expected_utilities(candidates: Sequence[str], scores: Optional[Sequence[floa
                        utility: str = "bleu") -> np.ndarray:
     """(N,) the expected utility of each of one sentence's candidates against all of them, weighted
     by softmax(scores) (their beam scores), or uniformly when scores is None."""
-    metric = sentence_metric(utility)
+    return _expected_utilities(candidates, scores, sentence_metric(utility))
+
+
+def _expected_utilities(candidates, scores, metric) -> np.ndarray:
     count = len(candidates)
     scores = None if scores is None else np.asarray(scores, float)
     weights = np.ones(count) if scores is None or not np.isfinite(scores.max()) else np.exp(scores - scores.max())
@@ -49,7 +52,14 @@ def choose(nbest: Sequence[Sequence[str]], scores: Optional[Sequence[Sequence[fl
     """The MBR choice among each sentence's candidates (nbest[b], best first as beam search ranks
     them; scores[b] their beam scores, None for uniform weights); ties go to the better-ranked one.
     An empty source's list, all "", gives ""."""
-    sentence_metric(utility)  # the utility's name checked before any work
-    return [candidates[int(np.argmax(expected_utilities(candidates, None if scores is None else scores[row],
-                                                        utility)))]
+    metric = sentence_metric(utility)  # one metric for all, and the utility's name checked before any work
+    return [candidates[int(np.argmax(_expected_utilities(candidates, None if scores is None else scores[row],
+                                                         metric)))]
             for row, candidates in enumerate(nbest)]
+
+
+def choose_among_nbest(outputs, utility: str = "bleu") -> list[str]:
+    """The MBR choice of each row of a Translator's translate_nbest outputs ("translations" (B, W)
+    UTF-8 strings, "scores" (B, W) beam scores), in the SavedModel's signature or in Python."""
+    nbest = [[text.decode("utf-8") for text in row] for row in outputs["translations"].numpy()]
+    return choose(nbest, outputs["scores"].numpy().tolist(), utility)

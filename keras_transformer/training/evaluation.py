@@ -92,11 +92,9 @@ class MBRTranslator(BeamSearchTranslator):
                                          max_beam_size=decode_config.beam_size, precision=precision)
 
     def _translate_batch(self, sentences: list[str]) -> list[str]:
-        outputs = self.translator.translate_nbest(tf.constant(sentences, tf.string),
-                                                  tf.constant(self.decode_config.beam_size),
-                                                  tf.constant(self.decode_config.alpha, tf.float32))
-        nbest = [[text.decode("utf-8") for text in row] for row in outputs["translations"].numpy()]
-        return mbr.choose(nbest, outputs["scores"].numpy().tolist(), self.utility)
+        return mbr.choose_among_nbest(self.translator.translate_nbest(
+            tf.constant(sentences, tf.string), tf.constant(self.decode_config.beam_size),
+            tf.constant(self.decode_config.alpha, tf.float32)), self.utility)
 
 
 @dataclasses.dataclass(frozen=True)
