@@ -457,8 +457,9 @@ def train_and_evaluate(workdir, configs: RunConfigs, *, strategy: Optional[tf.di
     if chief:
         configs.write(workdir)
     set_mixed_precision(configs.run.mixed_precision)
-    if xla_padding_advice(configs):
-        logger.info(xla_padding_advice(configs))
+    advice = xla_padding_advice(configs)
+    if advice:
+        logger.info(advice)
     try:
         model, position, run_checkpoint = _build_training_model(configs, strategy, workdir, chief, saved_train, task)
         record = ValidationRecord.read(workdir)
