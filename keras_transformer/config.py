@@ -126,6 +126,14 @@ class TransformerConfig(JsonConfig):
         read by its spelling too: its suffix, its capitals, its digits. The character-level word
         representations of Kitaev and Klein (2018), there a character LSTM; Ma and Hovy (ACL 2016)
         tag with a CNN such as this one. Only a span parser takes another value.
+      span_word_unk_rate: the span parser's unknown-word replacement (parsing.span_model), 0 (off)
+        or a probability in (0, 1): in training, each word of a sentence is read by the encoder as
+        UNK pieces with this probability (all of its pieces, its character features kept, since they
+        come from its real pieces), so the parser learns to tag and bracket a word from its context
+        and its spelling, as it must for a word that training never showed it. Kitaev and Klein
+        (2018) replace a training word by UNK with probability 1 / (1 + its count); with
+        SentencePiece pieces the rate here is the same for every word. Only a span parser takes
+        another value.
     """
 
     vocab_size: int = 37000
@@ -151,6 +159,7 @@ class TransformerConfig(JsonConfig):
     rdrop_alpha: float = 0.0
     span_tag_loss_weight: float = 1.0
     span_char_filters: int = 0
+    span_word_unk_rate: float = 0.0
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -169,7 +178,7 @@ class TransformerConfig(JsonConfig):
             _require(value is None or (isinstance(value, int) and value > 0),
                      f"TransformerConfig.{name} must be None or a positive integer; got {value!r}")
         for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate",
-                     "word_dropout_rate"):
+                     "word_dropout_rate", "span_word_unk_rate"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
         _require(isinstance(self.rdrop_alpha, (int, float)) and math.isfinite(self.rdrop_alpha)

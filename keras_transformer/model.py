@@ -266,6 +266,9 @@ class Transformer(TokenLossModel):
         if c.span_char_filters:
             raise ValueError(f"span_char_filters={c.span_char_filters} gives a span parser character features; the "
                              "Transformer has none: leave it at 0")
+        if c.span_word_unk_rate:
+            raise ValueError(f"span_word_unk_rate={c.span_word_unk_rate} reads a span parser's training words as UNK; "
+                             "the Transformer's word dropout is word_dropout_rate: leave it at 0")
         if c.tie_embeddings:
             shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
             self._add_encoder_side(shared)

@@ -53,6 +53,19 @@ def stateless_dropout(inputs, rate, seed, noise_shape=None):
     return tf.where(keep, scaled, tf.zeros([], inputs.dtype))
 
 
+def replica_seed(seed_generator):
+    """The next stateless int32 seed (2,) of a keras.random.SeedGenerator, with the replica's id in
+    its sync group folded in under a distribution strategy of several replicas (see above)."""
+    seed = seed_generator.next()
+    # As Keras' TensorFlow backend makes the int32 seed of its int64 state (XLA wants int32 seeds).
+    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+        seed = tf.random.experimental.stateless_fold_in(seed, replica)
+    return seed
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dropout(keras.layers.Dropout):
     """keras.layers.Dropout, with masks exact in every dtype and different on every replica (see above)."""
@@ -62,11 +75,4 @@ class Dropout(keras.layers.Dropout):
             return inputs
         if self.rate >= 1:
             return tf.zeros_like(inputs)
-        seed = self.seed_generator.next()
-        # As Keras' TensorFlow backend makes the int32 seed of its int64 state (XLA wants int32 seeds).
-        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
-            seed = tf.random.experimental.stateless_fold_in(seed, replica)
-        return stateless_dropout(inputs, self.rate, seed, self.noise_shape)
+        return stateless_dropout(inputs, self.rate, replica_seed(self.seed_generator), self.noise_shape)

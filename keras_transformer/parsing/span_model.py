@@ -30,6 +30,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.layers.dropout import dropout_mask, replica_seed
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import LayerNormalization
 from keras_transformer.model import TokenLossModel
@@ -245,6 +246,7 @@ class SpanParserModel(TokenLossModel):
         self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
         self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros", dtype="float32")
         self.char_embedding = self.char_convolution = self.char_projection = None  # made by build
+        self.unk_seed_generator = None  # made by build for span_word_unk_rate
 
     def build(self, input_shape=None):
         if self.built:
@@ -263,6 +265,8 @@ class SpanParserModel(TokenLossModel):
             self.char_projection = keras.layers.Dense(c.d_model, name="char_projection")
             chars = tf.constant([[[_WORD_BEGIN, _FIRST_CHAR, _WORD_END] + [0] * (WORD_CHARS - 1)]], tf.int32)
             self.character_features(ids, positions, positions, chars)
+        if c.span_word_unk_rate:  # made last too: Keras draws its seed when it is made
+            self.unk_seed_generator = keras.random.SeedGenerator(name="unk_seed_generator")
         super().build(input_shape)
 
     def word_vectors(self, source_ids, word_starts, word_ends, training=None, word_chars=None):
@@ -273,10 +277,27 @@ class SpanParserModel(TokenLossModel):
 
     def _encoded_words(self, source_ids, word_starts, word_ends, characters, training):
         """word_vectors with character_features' output (or None) given."""
+        source_ids = self.unknown_words(source_ids, word_starts, word_ends, training=training)
         memory, _ = self.encode(source_ids, training=training, source_additions=characters)
         first = tf.gather(memory, word_starts, batch_dims=1)
         last = tf.gather(memory, word_ends, batch_dims=1)
         return self.word_projection(tf.concat([first, last], axis=-1))
+
+    def unknown_words(self, source_ids, word_starts, word_ends, training=None):
+        """source_ids (B, S) with, in training, every piece of each word UNK with probability
+        TransformerConfig.span_word_unk_rate (a word's pieces all or none; BOS, EOS and padding
+        kept); as they are otherwise. word_starts, word_ends (B, N + 2): word_pieces' positions."""
+        rate = self.config.span_word_unk_rate
+        if not (training and rate):
+            return source_ids
+        unknown = ~dropout_mask(tf.shape(word_starts), rate, replica_seed(self.unk_seed_generator))  # (B, N + 2)
+        positions = tf.range(tf.shape(source_ids)[1])[None, :, None]  # (1, S, 1)
+        cover = ((positions >= word_starts[:, None, :]) & (positions <= word_ends[:, None, :])
+                 & unknown[:, None, :])  # (B, S, N + 2): piece s is of word n, which is UNK
+        # The sentinels' and the padding's positions are BOS's and EOS's pieces: never replaced.
+        replaced = tf.reduce_any(cover, axis=2) & (source_ids != BOS_ID) & (source_ids != EOS_ID) & (
+            source_ids != PAD_ID)
+        return tf.where(replaced, tf.constant(UNK_ID, source_ids.dtype), source_ids)
 
     def character_features(self, source_ids, word_starts, word_ends, word_chars):
         """(B, S, D): each piece's share of its word's character features (TransformerConfig.

@@ -597,3 +597,89 @@ def test_the_span_parser_with_character_features_parses_and_exports(depth_run, t
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="span_char_filters must be an integer >= 0"):
             dataclasses.replace(model.config, span_char_filters=bad)
+
+
+def unk_model(tokenizer, span_labels, rate, filters=8, targets=None):
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=128, dropout_rate=0.0, span_char_filters=filters, span_word_unk_rate=rate)
+    model = SpanParserModel(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32, targets=targets)
+    model.build()
+    return model
+
+
+def test_unknown_words_replace_whole_words_in_training_only(depth_run):
+    """span_word_unk_rate: in training, each word's pieces are all UNK or all kept, at about the rate,
+    BOS, EOS and padding never; other words at the next call; outside training the ids as they are;
+    and the option adds no weight, so a seed gives the model the weights of one without it."""
+    trees, _, tokenizer, span_labels, _ = depth_run
+    keras.utils.set_random_seed(6)
+    model = unk_model(tokenizer, span_labels, 0.3)
+    keras.utils.set_random_seed(6)
+    plain = unk_model(tokenizer, span_labels, 0.0)
+    assert [w.path.split("/", 1)[-1] for w in model.weights] == [w.path.split("/", 1)[-1] for w in plain.weights]
+    for mine, other in zip(model.weights, plain.weights):
+        np.testing.assert_array_equal(mine.numpy(), other.numpy(), err_msg=mine.path)
+    sentences = tf.constant([" ".join(tree.words()) for tree in trees[:40]])
+    source_ids, starts, ends, counts = word_pieces(tokenizer.tokenize, sentences)
+    assert model.unknown_words(source_ids, starts, ends, training=False) is source_ids
+    assert plain.unknown_words(source_ids, starts, ends, training=True) is source_ids
+    first = model.unknown_words(source_ids, starts, ends, training=True).numpy()
+    second = model.unknown_words(source_ids, starts, ends, training=True).numpy()
+    ids, starts, ends, counts = source_ids.numpy(), starts.numpy(), ends.numpy(), counts.numpy()
+    unknown = []
+    for row in range(len(ids)):
+        n = counts[row]
+        real = slice(1, ends[row, n] + 1)
+        assert ids[row, 0] == BOS_ID and first[row, 0] == BOS_ID and first[row, ends[row, n] + 1] == EOS_ID
+        np.testing.assert_array_equal(first[row, ends[row, n] + 1:], ids[row, ends[row, n] + 1:])
+        assert (ids[row, real] != UNK_ID).all()
+        for word in range(1, n + 1):
+            pieces = slice(starts[row, word], ends[row, word] + 1)
+            replaced = first[row, pieces] == UNK_ID
+            assert replaced.all() or not replaced.any()
+            if not replaced.any():
+                np.testing.assert_array_equal(first[row, pieces], ids[row, pieces])
+            unknown.append(bool(replaced.all()))
+    assert len(unknown) > 300 and 0.2 < np.mean(unknown) < 0.4
+    assert not np.array_equal(first, second)
+
+
+def test_unknown_words_keep_their_character_features(depth_run):
+    """In training, a model whose every word is UNK (a rate of almost 1, no other dropout) gives the
+    word vectors of the all-UNK sentence with each word's own character features; a training step
+    with the option runs, and its loss differs from the same step's without it."""
+    trees, pairs, tokenizer, span_labels, targets = depth_run
+    keras.utils.set_random_seed(8)
+    model = unk_model(tokenizer, span_labels, 0.9999)
+    sentences = tf.constant([" ".join(tree.words()) for tree in trees[:3]])
+    source_ids, starts, ends, counts = features = word_pieces(tokenizer.tokenize, sentences)
+    chars = word_characters(*features, targets.piece_characters)
+    all_unk = tf.where((source_ids != BOS_ID) & (source_ids != EOS_ID) & (source_ids != 0), UNK_ID, source_ids)
+    characters = model.character_features(source_ids, starts, ends, chars)
+    expected = model._encoded_words(all_unk, starts, ends, characters, training=False)
+    trained = model.word_vectors(source_ids, starts, ends, training=True, word_chars=chars)
+    np.testing.assert_allclose(trained.numpy(), expected.numpy(), atol=1e-6)
+    without_chars = model._encoded_words(all_unk, starts, ends, None, training=False)
+    assert not np.allclose(trained.numpy(), without_chars.numpy())
+
+    source, target = stream_batch(tokenizer, pairs[:6])
+    target_input = tf.pad(target[:, :-1], [[0, 0], [1, 0]], constant_values=BOS_ID)
+    losses = {}
+    for rate in (0.0, 0.5):
+        keras.utils.set_random_seed(2)
+        config = dataclasses.replace(model.config, span_word_unk_rate=rate)
+        trainer = TrainingSpanParser(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32,
+                                     targets=targets)
+        trainer.compile(optimizer=keras.optimizers.SGD(0.1))
+        trainer.prepare_for_training()
+        losses[rate] = trainer.train_on_batch((source, target_input), target, return_dict=True)["loss"]
+    assert np.isfinite(losses[0.5]) and losses[0.5] != pytest.approx(losses[0.0], rel=1e-4)
+
+
+def test_the_unknown_word_rate_is_checked_and_the_transformers_refuse_it():
+    config = TransformerConfig(vocab_size=100, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=64)
+    for bad in (-0.1, 1.0, float("nan"), True):
+        with pytest.raises(ValueError, match=r"span_word_unk_rate must be in \[0, 1\)"):
+            dataclasses.replace(config, span_word_unk_rate=bad)
+    with pytest.raises(ValueError, match="span_word_unk_rate=0.2 reads a span parser's training words as UNK"):
+        Transformer(dataclasses.replace(config, span_word_unk_rate=0.2))

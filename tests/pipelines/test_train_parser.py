@@ -102,11 +102,11 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names):  #
 @pytest.mark.slow
 def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path,
                                                                                    core_op_names):  # noqa: F811
-    """model.span_char_filters through the job: trained, its character layers in the checkpoints
-    (resumed from them) and in the SavedModel (core ops and SentencePiece's only), which parses as
-    the run directory does."""
+    """model.span_char_filters through the job, with model.span_word_unk_rate: trained, its character
+    layers (and the unknown words' random state) in the checkpoints (resumed from them) and in the
+    SavedModel (core ops and SentencePiece's only), which parses as the run directory does."""
     workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    flags = ["--set", "model.span_char_filters=16", "--parser", "span"]
+    flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2", "--parser", "span"]
     run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, None, 20), *flags)  # no export
     stdout, stderr = run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, export_dir, 30), *flags)
     assert "training from step 20" in stderr, stderr[-2000:]
@@ -114,7 +114,8 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
                      r"0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
     assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
     assert ";linearization=depth;parser=span" in (workdir / "data_config.json").read_text()
-    assert json.loads((workdir / "model_config.json").read_text())["span_char_filters"] == 16
+    model_config = json.loads((workdir / "model_config.json").read_text())
+    assert model_config["span_char_filters"] == 16 and model_config["span_word_unk_rate"] == 0.2
     saved_model = export_dir / "1"  # the resumed run's, the first export
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
     assert settings["parser"] == "span" and settings["signatures"] == ["serving_default", "score"]
