@@ -294,9 +294,9 @@ class SpanParserModel(TokenLossModel):
         positions = tf.range(tf.shape(source_ids)[1])[None, :, None]  # (1, S, 1)
         cover = ((positions >= word_starts[:, None, :]) & (positions <= word_ends[:, None, :])
                  & unknown[:, None, :])  # (B, S, N + 2): piece s is of word n, which is UNK
-        # The sentinels' and the padding's positions are BOS's and EOS's pieces: never replaced.
-        replaced = tf.reduce_any(cover, axis=2) & (source_ids != BOS_ID) & (source_ids != EOS_ID) & (
-            source_ids != PAD_ID)
+        # The sentinels and the padding words (word_pieces pads their positions with 0) point at the
+        # BOS and EOS pieces only, which are never replaced; no word covers a padding piece.
+        replaced = tf.reduce_any(cover, axis=2) & (source_ids != BOS_ID) & (source_ids != EOS_ID)
         return tf.where(replaced, tf.constant(UNK_ID, source_ids.dtype), source_ids)
 
     def character_features(self, source_ids, word_starts, word_ends, word_chars):

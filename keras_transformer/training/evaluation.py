@@ -8,6 +8,7 @@ usually 0.5 to 1 point higher; `tokenized_bleu` reproduces it with sacreBLEU's 1
 place of Moses' and is labelled as such wherever it is printed.
 """
 import dataclasses
+import functools
 import re
 from typing import Sequence
 
@@ -20,7 +21,7 @@ from tqdm import tqdm
 from keras_transformer.config import EOS_ID, DecodeConfig
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding import mbr
-from keras_transformer.export import Translator
+from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, Translator
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 _TOKENIZE_13A = Tokenizer13a()
@@ -84,12 +85,12 @@ class MBRTranslator(BeamSearchTranslator):
 
     def __init__(self, model, tokenizer: SubwordTokenizer, decode_config: DecodeConfig = DecodeConfig(),
                  utility: str = "bleu", sentences_per_batch: int = 64, precision=None):
-        super().__init__(model, tokenizer, decode_config, sentences_per_batch, precision=precision)
         mbr.sentence_metric(utility)  # the utility's name checked here
+        # translate_nbest serves beams up to max_beam_size: at least the n-best list's.
+        translator_class = functools.partial(Translator, max_beam_size=max(decode_config.beam_size,
+                                                                           DEFAULT_MAX_BEAM_SIZE))
+        super().__init__(model, tokenizer, decode_config, sentences_per_batch, translator_class, precision)
         self.utility = utility
-        if decode_config.beam_size > self.translator.max_beam_size:
-            self.translator = Translator(model, tokenizer.model_proto, decode_config,
-                                         max_beam_size=decode_config.beam_size, precision=precision)
 
     def _translate_batch(self, sentences: list[str]) -> list[str]:
         return mbr.choose_among_nbest(self.translator.translate_nbest(

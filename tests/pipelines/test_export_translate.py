@@ -1,4 +1,5 @@
 """python -m pipelines.export and python -m pipelines.translate on the tiny trained run directory."""
+import dataclasses
 import io
 import json
 import os
@@ -133,6 +134,12 @@ def test_mbr_chooses_among_the_nbest_lists_of_the_saved_model_and_of_the_run(tin
     model, proto, decode_config = load_model_from_workdir(tiny_workdir)
     translator = MBRTranslator(model, SubwordTokenizer(proto), decode_config, utility="chrf", sentences_per_batch=2)
     assert translator.translate(LINES) == expected
+    # A list longer than the translator's default largest beam (8): its translate_nbest serves it.
+    wide = MBRTranslator(model, SubwordTokenizer(proto), dataclasses.replace(decode_config, beam_size=10))
+    assert wide.translator.max_beam_size == 10
+    assert [text.encode() for text in wide.translate(LINES)] == translate_pipeline.translate_lines(
+        translate_pipeline.workdir_translator(tiny_workdir, None, 10, None, "bleu"),
+        [line.encode() for line in LINES], batch_size=3)
 
 
 def test_bad_paths_are_named(tiny_saved_model, tiny_workdir, tmp_path, capsys):
