@@ -95,7 +95,7 @@ def workdir_translator(workdir, checkpoint, beam_size, alpha, mbr_utility=None):
     decode_config = dataclasses.replace(decode_config, **overrides)
     if mbr_utility is not None:
         translator = export.Translator(model, sentencepiece_proto, decode_config,
-                                       max_beam_size=max(decode_config.beam_size, export.DEFAULT_MAX_BEAM_SIZE))
+                                       max_beam_size=export.max_beam_size_for(decode_config.beam_size))
         return lambda batch: mbr_choices(translator.translate_nbest(
             tf.constant(batch), tf.constant(decode_config.beam_size), tf.constant(decode_config.alpha)), mbr_utility)
     translator = export.Translator(model, sentencepiece_proto, decode_config)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from keras_transformer.config import EOS_ID, DecodeConfig
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding import mbr
-from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, Translator
+from keras_transformer.export import Translator, max_beam_size_for
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 _TOKENIZE_13A = Tokenizer13a()
@@ -87,8 +87,7 @@ class MBRTranslator(BeamSearchTranslator):
                  utility: str = "bleu", sentences_per_batch: int = 64, precision=None):
         mbr.sentence_metric(utility)  # the utility's name checked here
         # translate_nbest serves beams up to max_beam_size: at least the n-best list's.
-        translator_class = functools.partial(Translator, max_beam_size=max(decode_config.beam_size,
-                                                                           DEFAULT_MAX_BEAM_SIZE))
+        translator_class = functools.partial(Translator, max_beam_size=max_beam_size_for(decode_config.beam_size))
         super().__init__(model, tokenizer, decode_config, sentences_per_batch, translator_class, precision)
         self.utility = utility
 
