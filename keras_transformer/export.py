@@ -70,13 +70,13 @@ DEFAULT_MAX_SOURCE_LENGTH = 256
 DEFAULT_MAX_BEAM_SIZE = 8
 WARMUP_SENTENCES = ("Hello world.", "This is a warm-up request, not a real one.")
 
+logger = logging.getLogger(__name__)
+
 
 def max_beam_size_for(beam_size):
     """The max_beam_size of a Translator whose translate_nbest must serve beam_size: the default's
     widths, and beam_size where it is wider."""
     return max(int(beam_size), DEFAULT_MAX_BEAM_SIZE)
-
-logger = logging.getLogger(__name__)
 
 
 def _require_file(path, what):
