@@ -195,10 +195,17 @@ class ValidationSelection(keras.callbacks.Callback):
         self.write = write
         self.record = ValidationRecord.read(workdir)
         self.stopped = self.record.patience_exhausted(patience)
-        # Training time goes on from the last evaluation this run resumes after.
-        self._seconds_before = self.record.seconds_at(run_checkpoint.step)
+        # Training time goes on from the restored checkpoint's, or, where its time is not recorded, from
+        # the last evaluation before it.
+        saved = run_checkpoint.saved_seconds(run_checkpoint.step)
+        self._seconds_before = self.record.seconds_at(run_checkpoint.step) if saved is None else saved
         self._started = time.monotonic()
         self._evaluations = 0
+        run_checkpoint.clock = self.train_seconds
+
+    def train_seconds(self) -> float:
+        """The run's training seconds so far, those before its restarts included."""
+        return self._seconds_before + time.monotonic() - self._started
 
     def on_train_batch_end(self, batch, logs=None):
         self._record_new_evaluation()
@@ -219,8 +226,7 @@ class ValidationSelection(keras.callbacks.Callback):
         wait_for_all_workers(self.model.distribute_strategy, f"evaluated/{step}/{self._evaluations}",
                              CLUSTER_WAIT_SECONDS)
         path = pathlib.Path(self.run_checkpoint.save())
-        seconds = self._seconds_before + time.monotonic() - self._started
-        joined, left = self.record.add(step, values, seconds, self.keep)
+        joined, left = self.record.add(step, values, self.train_seconds(), self.keep)
         if self.write:
             self._write(path if joined else None, left)
         (self.stopped,) = any_worker(self.model.distribute_strategy, [self.record.patience_exhausted(self.patience)])

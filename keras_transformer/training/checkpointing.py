@@ -4,25 +4,32 @@ before exiting, never after the loss or the weights turned NaN.
     workdir/checkpoints/ckpt-<step>.{index,data-*}   tf.train.Checkpoint(model, optimizer,
                                                       data_position, dropout_rng[, cooldown])
     workdir/checkpoints/checkpoint                    the CheckpointManager's list, latest last
+    workdir/checkpoints/train_seconds.json            the run's training seconds when each kept
+                                                      checkpoint was saved (the chief's)
 
 tf.train.CheckpointManager writes a checkpoint's files before it lists it, so a run killed at any
 moment (SIGKILL included) leaves its latest listed checkpoint whole. The optimizer's iteration
 count is the step: restoring it (and the schedule's cooldown, when it has one) restores the
 learning rate (a function of the step); the DataPosition restores the data, and the dropout
-layers' seed states the dropout masks.
+layers' seed states the dropout masks. The training seconds are kept beside the checkpoints, not in
+them, so that runs that train the same write the same checkpoint files; a resumed run's minutes go on
+from its checkpoint's (ValidationSelection's clock records them).
 """
 import contextlib
+import json
 import logging
 import math
 import pathlib
 import shutil
 import signal
 import time
+from typing import Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.files import write_text_atomically
 from keras_transformer.schedule import schedule_cooldown
 from keras_transformer.training.distribution import any_worker, loss_scale
 from keras_transformer.training.training_model import rng_state_variables
@@ -34,6 +41,7 @@ CHECKPOINT_PREFIX = "ckpt"
 # Below this, a mixed_float16 run's gradients overflow float16 even unscaled (every step since the
 # scale was 2**15 had inf or NaN gradients and was skipped): the run has stopped learning.
 MIN_LOSS_SCALE = 1.0
+TRAIN_SECONDS_FILE = "train_seconds.json"
 
 
 class TrainingDiverged(RuntimeError):
@@ -84,6 +92,9 @@ class RunCheckpoint:
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.scratch_directory or directory),
                                                   max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_PREFIX)
         self._saved_step = None  # restored or saved: the same on every worker, unlike their folders
+        # A function giving the run's training seconds, which save() records for the step
+        # (ValidationSelection sets it); None records nothing.
+        self.clock = None
 
     @property
     def step(self) -> int:
@@ -156,7 +167,35 @@ class RunCheckpoint:
         self._saved_step = step
         if self.scratch_directory is not None:
             shutil.rmtree(self.scratch_directory, ignore_errors=True)
+        self._record_seconds(step)
         return path
+
+    def saved_seconds(self, step: int) -> Optional[float]:
+        """The training seconds recorded when `step` was saved, or None (saved by a version that did not
+        record them, or killed between saving and recording)."""
+        return self._read_seconds().get(step)
+
+    def _record_seconds(self, step: int):
+        """Adds `step`'s training seconds (self.clock's) to train_seconds.json, which keeps those of the
+        checkpoints the manager keeps; the chief only (the workers restore from its folder)."""
+        if self.clock is None or self.scratch_directory is not None:
+            return
+        kept = {checkpoint_step(path) for path in self.manager.checkpoints}
+        seconds = {saved: value for saved, value in self._read_seconds().items() if saved in kept}
+        seconds[step] = round(float(self.clock()), 3)
+        write_text_atomically(self.directory / TRAIN_SECONDS_FILE,
+                              json.dumps({str(saved): seconds[saved] for saved in sorted(seconds)}, indent=1) + "\n")
+
+    def _read_seconds(self) -> dict:
+        path = self.directory / TRAIN_SECONDS_FILE
+        if not path.is_file():
+            return {}
+        try:
+            return {int(step): float(value) for step, value in json.loads(path.read_text()).items()}
+        except (ValueError, TypeError, AttributeError) as error:
+            logger.warning("%s cannot be read (%s): the training minutes go on from the last evaluation's", path,
+                           error)
+            return {}
 
 
 class CheckpointCallback(keras.callbacks.Callback):

@@ -148,6 +148,55 @@ def test_workers_other_than_the_chief_keep_the_record_but_write_nothing(tmp_path
     assert not selection_path(tmp_path).exists() and not best_directory(tmp_path).exists()
 
 
+def _selection_after_restart(workdir):
+    """A new model, RunCheckpoint and ValidationSelection on workdir, as a resumed run makes them."""
+    model = TrainingTransformer(CONFIG)
+    model.compile()
+    model.prepare_for_training()
+    run_checkpoint = RunCheckpoint(checkpoint_directory(workdir), model, DataPosition(), max_to_keep=2)
+    run_checkpoint.restore_latest()
+    selection = ValidationSelection(run_checkpoint, _Monitor(), workdir, keep=2, patience=0)
+    selection.set_model(model)
+    return run_checkpoint, selection
+
+
+def test_a_resumed_run_counts_its_minutes_from_its_checkpoint_not_from_its_last_evaluation(tmp_path):
+    """A run killed after a checkpoint saved past its last evaluation (ckpt-30 after the evaluation at
+    10) goes on counting its training seconds from that checkpoint's, which train_seconds.json
+    recorded when it was saved, so the time in between is not lost (the benchmarks plot validation
+    against it). The file keeps the seconds of the checkpoints the manager keeps; a checkpoint whose
+    seconds it lacks (a kill between saving and recording) falls back to the last evaluation's."""
+    model = TrainingTransformer(CONFIG)
+    model.compile()
+    model.prepare_for_training()
+    run_checkpoint = RunCheckpoint(checkpoint_directory(tmp_path), model, DataPosition(), max_to_keep=2)
+    selection = ValidationSelection(run_checkpoint, _Monitor(), tmp_path, keep=2, patience=0)
+    selection.set_model(model)
+    assert run_checkpoint.clock == selection.train_seconds
+    _marked(run_checkpoint, 10)
+    selection.after_evaluation(10, {"loss": 2.0})
+    evaluated = selection.record.evaluations[0]["train_seconds"]
+    assert 0 < evaluated < 100 and run_checkpoint.saved_seconds(10) <= evaluated
+    run_checkpoint.clock = lambda: 500.0  # the run's clock at ckpt-20, then at ckpt-30
+    _marked(run_checkpoint, 20)
+    run_checkpoint.save()
+    run_checkpoint.clock = lambda: 1000.0
+    _marked(run_checkpoint, 30)
+    run_checkpoint.save()
+    assert json.loads((checkpoint_directory(tmp_path) / "train_seconds.json").read_text()) == \
+        {"20": 500.0, "30": 1000.0}  # ckpt-10 rotated out, and its seconds with it
+
+    resumed, selection = _selection_after_restart(tmp_path)
+    assert resumed.step == 30 and 1000.0 <= selection.train_seconds() < 1100.0
+    selection.after_evaluation(30, {"loss": 1.0})
+    assert 1000.0 <= selection.record.evaluations[-1]["train_seconds"] < 1100.0
+
+    (checkpoint_directory(tmp_path) / "train_seconds.json").write_text('{"20": 500.0}')
+    _, selection = _selection_after_restart(tmp_path)
+    recorded = selection.record.evaluations[-1]["train_seconds"]  # the evaluation at 30, the last
+    assert recorded <= selection.train_seconds() < recorded + 100.0
+
+
 def test_average_checkpoints_select_best_averages_exactly_the_best_set(selected_run):
     """The command's weights are the mean of best/ckpt-40's and best/ckpt-50's, weight by weight;
     --select last averages the latest two (50 and 60) instead."""
