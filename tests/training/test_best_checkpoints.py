@@ -79,16 +79,24 @@ class _Monitor:
     history = []
 
 
+def _selection(workdir, patience=0):
+    """A new model, its RunCheckpoint (2 kept), restored from workdir's latest checkpoint if there is
+    one, and a ValidationSelection keeping 2 best, as a run (or a resumed run) makes them."""
+    model = TrainingTransformer(CONFIG)
+    model.compile()
+    model.prepare_for_training()
+    run_checkpoint = RunCheckpoint(checkpoint_directory(workdir), model, DataPosition(), max_to_keep=2)
+    run_checkpoint.restore_latest()
+    selection = ValidationSelection(run_checkpoint, _Monitor(), workdir, keep=2, patience=patience)
+    selection.set_model(model)
+    return run_checkpoint, selection
+
+
 @pytest.fixture
 def selected_run(tmp_path):
     """A run directory whose selection saw LOSSES with 2 latest and 2 best checkpoints, patience 3."""
     (tmp_path / "model_config.json").write_text(CONFIG.to_json())
-    model = TrainingTransformer(CONFIG)
-    model.compile()
-    model.prepare_for_training()
-    run_checkpoint = RunCheckpoint(checkpoint_directory(tmp_path), model, DataPosition(), max_to_keep=2)
-    selection = ValidationSelection(run_checkpoint, _Monitor(), tmp_path, keep=2, patience=3)
-    selection.set_model(model)
+    run_checkpoint, selection = _selection(tmp_path, patience=3)
     for step, loss in LOSSES:
         _marked(run_checkpoint, step)
         selection.after_evaluation(step, {"loss": loss, "bleu": 1.0})
@@ -148,30 +156,13 @@ def test_workers_other_than_the_chief_keep_the_record_but_write_nothing(tmp_path
     assert not selection_path(tmp_path).exists() and not best_directory(tmp_path).exists()
 
 
-def _selection_after_restart(workdir):
-    """A new model, RunCheckpoint and ValidationSelection on workdir, as a resumed run makes them."""
-    model = TrainingTransformer(CONFIG)
-    model.compile()
-    model.prepare_for_training()
-    run_checkpoint = RunCheckpoint(checkpoint_directory(workdir), model, DataPosition(), max_to_keep=2)
-    run_checkpoint.restore_latest()
-    selection = ValidationSelection(run_checkpoint, _Monitor(), workdir, keep=2, patience=0)
-    selection.set_model(model)
-    return run_checkpoint, selection
-
-
 def test_a_resumed_run_counts_its_minutes_from_its_checkpoint_not_from_its_last_evaluation(tmp_path):
     """A run killed after a checkpoint saved past its last evaluation (ckpt-30 after the evaluation at
     10) goes on counting its training seconds from that checkpoint's, which train_seconds.json
     recorded when it was saved, so the time in between is not lost (the benchmarks plot validation
     against it). The file keeps the seconds of the checkpoints the manager keeps; a checkpoint whose
     seconds it lacks (a kill between saving and recording) falls back to the last evaluation's."""
-    model = TrainingTransformer(CONFIG)
-    model.compile()
-    model.prepare_for_training()
-    run_checkpoint = RunCheckpoint(checkpoint_directory(tmp_path), model, DataPosition(), max_to_keep=2)
-    selection = ValidationSelection(run_checkpoint, _Monitor(), tmp_path, keep=2, patience=0)
-    selection.set_model(model)
+    run_checkpoint, selection = _selection(tmp_path)
     assert run_checkpoint.clock == selection.train_seconds
     _marked(run_checkpoint, 10)
     selection.after_evaluation(10, {"loss": 2.0})
@@ -186,13 +177,13 @@ def test_a_resumed_run_counts_its_minutes_from_its_checkpoint_not_from_its_last_
     assert json.loads((checkpoint_directory(tmp_path) / "train_seconds.json").read_text()) == \
         {"20": 500.0, "30": 1000.0}  # ckpt-10 rotated out, and its seconds with it
 
-    resumed, selection = _selection_after_restart(tmp_path)
+    resumed, selection = _selection(tmp_path)
     assert resumed.step == 30 and 1000.0 <= selection.train_seconds() < 1100.0
     selection.after_evaluation(30, {"loss": 1.0})
     assert 1000.0 <= selection.record.evaluations[-1]["train_seconds"] < 1100.0
 
     (checkpoint_directory(tmp_path) / "train_seconds.json").write_text('{"20": 500.0}')
-    _, selection = _selection_after_restart(tmp_path)
+    _, selection = _selection(tmp_path)
     recorded = selection.record.evaluations[-1]["train_seconds"]  # the evaluation at 30, the last
     assert recorded <= selection.train_seconds() < recorded + 100.0
 
