@@ -89,6 +89,13 @@ class TransformerConfig(JsonConfig):
         (the others scaled by 1 / (1 - rate)) before its positional encoding is added, so the model
         learns to do without any one token. The "dropout of entire words" of Sennrich et al. (WMT
         2016, Edinburgh's systems), here of subword pieces; a regularizer of low-resource recipes.
+      layer_drop_rate: LayerDrop (Fan et al., ICLR 2020, "Reducing Transformer Depth on Demand with
+        Structured Dropout"; the paper has none): in training, each layer of the encoder and of the
+        decoder is skipped whole, with this probability, drawn anew for every batch (and on every
+        replica), its input passed on unchanged; inference runs every layer, unscaled, as fairseq's
+        `--encoder-layerdrop` and `--decoder-layerdrop` do. A skipped layer costs no compute, so a
+        stack of N layers trains at about the cost of N * (1 - rate) of them. A training call of the
+        decoder then returns no attention weights.
       decoder_layers: layers in the decoder stack, the encoder keeping num_layers; None (the
         paper) gives both num_layers. Kasai et al. (ICLR 2021, "Deep Encoder, Shallow Decoder")
         report faster decoding at similar translation quality; on GUM parsing, 6 + 1 layers scored
@@ -153,6 +160,7 @@ class TransformerConfig(JsonConfig):
     attention_dropout_rate: float = 0.0
     relu_dropout_rate: float = 0.0
     word_dropout_rate: float = 0.0
+    layer_drop_rate: float = 0.0
     decoder_layers: Optional[int] = None
     aligned_decoder: bool = False
     aligned_next: bool = False
@@ -178,14 +186,15 @@ class TransformerConfig(JsonConfig):
             _require(value is None or (isinstance(value, int) and value > 0),
                      f"TransformerConfig.{name} must be None or a positive integer; got {value!r}")
         for name in ("dropout_rate", "label_smoothing", "attention_dropout_rate", "relu_dropout_rate",
-                     "word_dropout_rate", "span_word_unk_rate"):
+                     "word_dropout_rate", "span_word_unk_rate", "layer_drop_rate"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"TransformerConfig.{name} must be in [0, 1); got {value!r}")
         _require(isinstance(self.rdrop_alpha, (int, float)) and math.isfinite(self.rdrop_alpha)
                  and self.rdrop_alpha >= 0,
                  f"TransformerConfig.rdrop_alpha must be a finite number >= 0 (0: off); got {self.rdrop_alpha!r}")
         _require(self.rdrop_alpha == 0 or max(self.dropout_rate, self.attention_dropout_rate,
-                                               self.relu_dropout_rate, self.word_dropout_rate) > 0,
+                                               self.relu_dropout_rate, self.word_dropout_rate,
+                                               self.layer_drop_rate) > 0,
                  f"TransformerConfig.rdrop_alpha={self.rdrop_alpha} compares two dropout passes of each "
                  "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
                  "(or rdrop_alpha=0)")

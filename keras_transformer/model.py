@@ -70,7 +70,8 @@ class TokenLossModel(keras.Model):
         self.source_positional = positional_layer(c.positional)(c.max_length, name="source_positional")
         self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
         self.source_word_dropout = word_dropout(c, "source_word_dropout")
-        self.encoder = Encoder(num_layers=c.num_layers, **stack_arguments(c), name="encoder")
+        self.encoder = Encoder(num_layers=c.num_layers, layer_drop_rate=c.layer_drop_rate, **stack_arguments(c),
+                               name="encoder")
 
     def encode(self, source_ids, training=False, source_additions=None):
         """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S). source_additions:
@@ -280,7 +281,8 @@ class Transformer(TokenLossModel):
         self.target_positional = positional_layer(c.positional)(c.max_length, name="target_positional")
         self.target_dropout = Dropout(c.dropout_rate, name="target_dropout")
         self.target_word_dropout = word_dropout(c, "target_word_dropout")
-        self.decoder = Decoder(num_layers=c.num_decoder_layers, **stack_arguments(c), name="decoder")
+        self.decoder = Decoder(num_layers=c.num_decoder_layers, layer_drop_rate=c.layer_drop_rate, **stack_arguments(c),
+                               name="decoder")
         if c.aligned_next:
             self.next_piece_projection = keras.layers.Dense(c.d_model, use_bias=False, name="next_piece_projection")
 
@@ -319,11 +321,13 @@ class Transformer(TokenLossModel):
             x += self._copied_memory(memory, tf.range(tf.shape(memory)[0])[:, None], copied,
                                      self._next_memory(memory))
         x = self.target_dropout(x, training=training)
-        x, scores = self.decoder(x, memory, masking.self_attention_mask(target_input_ids),
-                                 masking.cross_attention_mask(source_padding_mask), training=training,
-                                 return_attention_scores=True)
-        logits = self.output_embedding.logits(x)
-        return (logits, scores) if return_attention_scores else logits
+        x = self.decoder(x, memory, masking.self_attention_mask(target_input_ids),
+                         masking.cross_attention_mask(source_padding_mask), training=training,
+                         return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            x, scores = x
+            return self.output_embedding.logits(x), scores
+        return self.output_embedding.logits(x)
 
     @staticmethod
     def _copies(ids, source_ids, copied):

@@ -3,7 +3,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.dropout import Dropout, replica_seed
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -131,15 +131,22 @@ class EncoderLayer(_LayerArgs, keras.layers.Layer):
 
 
 class _Stack(_LayerArgs, keras.layers.Layer):
-    """N identical layers of `layer_class`, and a final LayerNorm when pre-norm."""
+    """N identical layers of `layer_class`, and a final LayerNorm when pre-norm.
+
+    layer_drop_rate: LayerDrop (TransformerConfig.layer_drop_rate), 0 (off) or a probability in
+    (0, 1) with which a training call skips each layer, drawn for each call and each replica.
+    """
 
     layer_class = None
 
     def __init__(self, num_layers, num_heads, key_dim, value_dim, d_ff, dropout_rate=0.1,
                  attention_dropout_rate=0.0, relu_dropout_rate=0.0, norm_first=False, layer_norm_epsilon=1e-6,
-                 **kwargs):
+                 layer_drop_rate=0.0, **kwargs):
         super().__init__(**kwargs)
+        if not 0.0 <= layer_drop_rate < 1.0:
+            raise ValueError(f"{type(self).__name__}: layer_drop_rate must be in [0, 1); got {layer_drop_rate!r}")
         self.num_layers = num_layers
+        self.layer_drop_rate = layer_drop_rate
         self._set_layer_args(num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
                              relu_dropout_rate, norm_first, layer_norm_epsilon)
         # One attribute per layer, not a list: tf.train.Checkpoint does not follow Keras 3's tracked
@@ -148,6 +155,10 @@ class _Stack(_LayerArgs, keras.layers.Layer):
             setattr(self, f"layer_{i}", self.layer_class(**self._layer_args(), name=f"layer_{i}"))
         self.final_norm = (LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm")
                            if norm_first else None)
+        # Only with LayerDrop: a stack without it has no seed state in its checkpoints, and draws
+        # no seed that the layers made after it would otherwise have drawn.
+        self.layer_drop_seed_generator = (keras.random.SeedGenerator(name=f"{self.name}_layer_drop_seed_generator")
+                                          if layer_drop_rate > 0 else None)
 
     @property
     def stack(self):
@@ -164,8 +175,24 @@ class _Stack(_LayerArgs, keras.layers.Layer):
     def _final(self, x):
         return self.final_norm(x) if self.final_norm is not None else x
 
+    def _kept_layers(self, training):
+        """(N,) bool, True for each layer this call runs: None (every layer) but in training with
+        LayerDrop, where each is skipped with probability layer_drop_rate."""
+        if not (training and self.layer_drop_rate > 0):
+            return None
+        draws = tf.random.stateless_uniform([self.num_layers], seed=replica_seed(self.layer_drop_seed_generator))
+        return draws >= self.layer_drop_rate
+
+    @staticmethod
+    def _run_or_skip(kept, index, run, x):
+        """run(x), or x itself where LayerDrop skips layer `index` (kept: _kept_layers)."""
+        if kept is None:
+            return run(x)
+        return tf.cond(kept[index], lambda: run(x), lambda: tf.identity(x))
+
     def get_config(self):
-        return {**super().get_config(), "num_layers": self.num_layers, **self._layer_args()}
+        return {**super().get_config(), "num_layers": self.num_layers, "layer_drop_rate": self.layer_drop_rate,
+                **self._layer_args()}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -180,6 +207,8 @@ class Encoder(_Stack):
     layer_class = EncoderLayer
 
     def call(self, x, attention_mask=None, training=None):
-        for layer in self.stack:
-            x = layer(x, attention_mask=attention_mask, training=training)
+        kept = self._kept_layers(training)
+        for index, layer in enumerate(self.stack):
+            x = self._run_or_skip(kept, index, lambda y, layer=layer: layer(y, attention_mask=attention_mask,
+                                                                              training=training), x)
         return self._final(x)
