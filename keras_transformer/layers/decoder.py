@@ -117,21 +117,17 @@ class Decoder(_Stack):
 
     def call(self, x, memory, self_attention_mask=None, cross_attention_mask=None, training=None,
              return_attention_scores=False):
-        kept = self._kept_layers(training)
-        if kept is not None:  # LayerDrop: the last layer may be skipped, so no attention weights
-            if return_attention_scores:
-                raise ValueError("the decoder returns no attention weights from a training call with "
-                                 f"LayerDrop (layer_drop_rate={self.layer_drop_rate}): a skipped last layer has none")
-            for index, layer in enumerate(self.stack):
-                x = self._run_or_skip(kept, index, lambda y, layer=layer: layer(
-                    y, memory, self_attention_mask, cross_attention_mask, training=training), x)
-            return self._final(x)
+        if not return_attention_scores:
+            return self._run_layers(x, lambda layer, y: layer(y, memory, self_attention_mask, cross_attention_mask,
+                                                              training=training), training)
+        if training and self.layer_drop_rate > 0:  # a skipped last layer would have none
+            raise ValueError("the decoder returns no attention weights from a training call with "
+                             f"LayerDrop (layer_drop_rate={self.layer_drop_rate}): a skipped last layer has none")
         scores = None
         for layer in self.stack:
             x, scores = layer(x, memory, self_attention_mask, cross_attention_mask, training=training,
                               return_attention_scores=True)
-        x = self._final(x)
-        return (x, scores) if return_attention_scores else x
+        return self._final(x), scores
 
     def project_memory(self, memory):
         """Each layer's encoder-decoder keys and values, computed once per sentence."""

@@ -183,12 +183,16 @@ class _Stack(_LayerArgs, keras.layers.Layer):
         draws = tf.random.stateless_uniform([self.num_layers], seed=replica_seed(self.layer_drop_seed_generator))
         return draws >= self.layer_drop_rate
 
-    @staticmethod
-    def _run_or_skip(kept, index, run, x):
-        """run(x), or x itself where LayerDrop skips layer `index` (kept: _kept_layers)."""
-        if kept is None:
-            return run(x)
-        return tf.cond(kept[index], lambda: run(x), lambda: tf.identity(x))
+    def _run_layers(self, x, run, training):
+        """x through the N layers, bottom first, then _final: run(layer, x) for each layer this call
+        keeps (every one but in training with LayerDrop, see _kept_layers), x unchanged for the others."""
+        kept = self._kept_layers(training)
+        for index, layer in enumerate(self.stack):
+            if kept is None:
+                x = run(layer, x)
+            else:
+                x = tf.cond(kept[index], lambda layer=layer, x=x: run(layer, x), lambda x=x: tf.identity(x))
+        return self._final(x)
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "layer_drop_rate": self.layer_drop_rate,
@@ -207,8 +211,5 @@ class Encoder(_Stack):
     layer_class = EncoderLayer
 
     def call(self, x, attention_mask=None, training=None):
-        kept = self._kept_layers(training)
-        for index, layer in enumerate(self.stack):
-            x = self._run_or_skip(kept, index, lambda y, layer=layer: layer(y, attention_mask=attention_mask,
-                                                                              training=training), x)
-        return self._final(x)
+        return self._run_layers(x, lambda layer, y: layer(y, attention_mask=attention_mask, training=training),
+                                training)
