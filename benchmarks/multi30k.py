@@ -2,7 +2,7 @@
 
     python benchmarks/multi30k.py [--minutes 60] [--preset small_data] [--workdir runs/multi30k-small_data]
         [--candidates 5] [--ensembles K ...] [--beams 4 5] [--alphas 0.6 1.0 1.4] [--mbr N ...] [--max-sentences N]
-        [--threads 2]
+        [--threads 2] [--members N] [--train-only]
         [--set FIELD=VALUE ...]
 
 Trains `--preset` on Multi30k train (from ../shared/data or $KT_SHARED_DATA) with the project's
@@ -27,6 +27,15 @@ BLEU (on the first run.eval_sentences val sentences) and validation loss at each
 training minutes (recorded with each evaluation in checkpoints/selection.json), the best
 checkpoints by loss and the chosen candidate marked.
 Running the same command again resumes the run in --workdir (the time budget counts again).
+
+With --members N (not in the paper), N models of the recipe train side by side, each in its own
+process on its own share of the CPU's cores (--threads divided among them) with --minutes each, in
+<workdir>/member-<i> with run.seed and data.seed raised by i (other initial weights, dropout and
+order of the data; one vocabulary); their logs go to <workdir>/member-<i>/train.log. Then each
+member's candidates are scored on val as above, and the ensemble of the members' chosen ones
+(keras_transformer.ensemble) competes with them; the beam, alpha and test follow as for one model.
+SIGINT or SIGTERM stops every member after its checkpoint; the same command resumes them all.
+--train-only trains and stops (what each member runs).
 The README's `small` figure of 2026-11-23 trained in mixed bfloat16 (`--set
 run.mixed_precision=mixed_bfloat16`), which is faster only on CPUs with bfloat16 arithmetic
 (AVX512_BF16, AMX) and on GPUs/TPUs; its `small_data` figures trained in float32.
@@ -64,6 +73,11 @@ def parse_args():
                         help="also try the MBR choice among the N best of a beam of N on val, at the chosen alpha")
     parser.add_argument("--threads", type=int, default=2, help="intra- and inter-op threads")
     parser.add_argument("--onednn", type=int, choices=(0, 1), default=1)
+    parser.add_argument("--members", type=int, default=1,
+                        help="train N models side by side on the CPU's cores and ensemble them (see above)")
+    parser.add_argument("--train-only", action="store_true", help="train (or resume) and stop: no choice, no test")
+    parser.add_argument("--cores", type=int, nargs="+", metavar="CORE",
+                        help="run on these CPU cores only (Linux; --members pins each member so)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="config overrides, as for pipelines.train_wmt")
     return parser.parse_args()
@@ -128,30 +142,32 @@ def minutes_of_steps(evaluations, steps):
             for step in steps]
 
 
-def plot_validation(path, record, chosen, title):
-    """Validation BLEU and loss of each evaluation against training minutes; the best checkpoints by
-    loss and the chosen candidate (name, steps) marked."""
+def plot_validation(path, runs, chosen_name, title):
+    """Validation BLEU and loss of each evaluation against training minutes, for each of `runs`
+    ((label, ValidationRecord, chosen steps): one run, or each member of an ensemble); the best
+    checkpoints by loss and the steps of the chosen candidate (`chosen_name`) marked."""
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    evaluations = record.evaluations
-    minutes = [e["train_seconds"] / 60.0 for e in evaluations]
-    best_steps = {entry["step"] for entry in record.best}
-    name, chosen_steps = chosen
     figure, axes = pyplot.subplots(2, 1, sharex=True, figsize=(7, 6))
     for axis, measure, label in ((axes[0], "bleu", "validation BLEU (eval_sentences)"),
                                  (axes[1], "loss", "validation loss (all of val)")):
-        values = [e["validation"].get(measure) for e in evaluations]
-        axis.plot(minutes, values, "o-", markersize=3, label=label)
-        for marked, style, legend in ((best_steps, "s", "best by validation loss"),
-                                      (set(chosen_steps), "*", f"chosen on val: {name}")):
-            points = [(m, v) for m, v, e in zip(minutes, values, evaluations) if e["step"] in marked]
-            if points:
-                axis.plot(*zip(*points), style, markersize=10 if style == "*" else 7, fillstyle="none",
-                          label=legend)
-        for m in minutes_of_steps(evaluations, [s for s in chosen_steps if s not in {e["step"] for e in evaluations}]):
-            axis.axvline(m, color="tab:red", alpha=0.4, linewidth=1)  # a chosen step between evaluations
+        for run_label, record, chosen_steps in runs:
+            evaluations = record.evaluations
+            minutes = [e["train_seconds"] / 60.0 for e in evaluations]
+            values = [e["validation"].get(measure) for e in evaluations]
+            line, = axis.plot(minutes, values, "o-", markersize=3, label=f"{run_label}{label}")
+            best_steps = {entry["step"] for entry in record.best}
+            for marked, style, legend in ((best_steps, "s", "best by validation loss"),
+                                          (set(chosen_steps), "*", f"chosen on val: {chosen_name}")):
+                points = [(m, v) for m, v, e in zip(minutes, values, evaluations) if e["step"] in marked]
+                if points:
+                    axis.plot(*zip(*points), style, color=line.get_color(), markersize=10 if style == "*" else 7,
+                              fillstyle="none", label=f"{run_label}{legend}")
+            evaluated = {e["step"] for e in evaluations}
+            for m in minutes_of_steps(evaluations, [s for s in chosen_steps if s not in evaluated]):
+                axis.axvline(m, color=line.get_color(), alpha=0.4, linewidth=1)  # a chosen step between evaluations
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
@@ -162,8 +178,78 @@ def plot_validation(path, record, chosen, title):
     pyplot.close(figure)
 
 
+def train(args, workdir):
+    """Trains (or resumes) the run, or with --members its members side by side; returns the run
+    directories to choose from (one, or the members')."""
+    from keras_transformer.training.run import train_and_evaluate
+    from keras_transformer.training.run_config import apply_overrides, preset_configs
+
+    if args.members == 1:
+        configs = apply_overrides(preset_configs(args.preset, "multi30k"),
+                                  [f"run.max_train_minutes={args.minutes}", *args.overrides])
+        train_and_evaluate(workdir, configs, verbose=2, evaluate_test=False)  # test: once, in main
+        return [workdir]
+    from benchmarks.members import core_shares, member_command, member_workdirs, train_members
+
+    configs = apply_overrides(preset_configs(args.preset, "multi30k"), args.overrides)
+    shares, workdirs = core_shares(args.members), member_workdirs(workdir, args.members)
+    threads = max(1, args.threads // args.members)
+    recipe = ["--minutes", str(args.minutes), "--preset", args.preset, "--onednn", str(args.onednn),
+              *[flag for override in args.overrides for flag in ("--set", override)]]
+    commands = [member_command(__file__, member, cores, threads, recipe, configs.run.seed + i, configs.data.seed + i)
+                for i, (member, cores) in enumerate(zip(workdirs, shares))]
+    log(f"training {args.members} members, {threads} thread(s) each, on cores "
+        f"{['any' if cores is None else cores for cores in shares]}")
+    train_members(commands, workdirs)
+    return workdirs
+
+
+def choose(candidates, val_bleu_of, tried):
+    """(name, steps, model, val BLEU) of the candidate with the best val BLEU; each one's in `tried`."""
+    best = None
+    for name, steps, model in candidates:
+        bleu = val_bleu_of(model)
+        log(f"val BLEU of {name}: {bleu:.2f}")
+        tried[name] = round(bleu, 2)
+        if best is None or bleu > best[3]:
+            best = (name, steps, model, bleu)
+    return best
+
+
+def choose_candidate(args, workdirs, val_bleu_of):
+    """Each run's (each member's) candidates on val, then with members the ensemble of their
+    choices: (name, steps, model, val BLEU) of the best, and the val BLEU of each in a dict. An
+    ensemble's steps are its members' lists, in order."""
+    from keras_transformer.ensemble import TransformerEnsemble
+    from keras_transformer.training.run_config import RunConfigs
+
+    tried, chosen = {}, []
+    for i, run in enumerate(workdirs):
+        prefix = f"member {i}: " if len(workdirs) > 1 else ""
+        candidates = ((prefix + name, steps, model) for name, steps, model
+                      in candidate_models(RunConfigs.read(run), run, args.candidates, args.ensembles))
+        chosen.append(choose(candidates, val_bleu_of, tried))
+    best = max(chosen, key=lambda entry: entry[3])
+    if len(chosen) > 1:
+        ensemble = (f"ensemble of the {len(chosen)} members' choices", [entry[1] for entry in chosen],
+                    TransformerEnsemble([entry[2] for entry in chosen]))
+        best = max([best, choose([ensemble], val_bleu_of, tried)], key=lambda entry: entry[3])
+    return best, tried
+
+
+def chosen_steps_by_run(name, steps, runs):
+    """The steps of the chosen candidate in each of `runs` (an ensemble of members: each member's)."""
+    if runs == 1:
+        return [steps]
+    if name.startswith("ensemble of the") and name.endswith("members' choices"):
+        return list(steps)
+    return [steps if name.startswith(f"member {i}: ") else [] for i in range(runs)]
+
+
 def main():
     args = parse_args()
+    if args.cores:
+        os.sched_setaffinity(0, args.cores)  # before TensorFlow sizes its thread pools
     setup_tensorflow(args)
     log_the_job()
     import time
@@ -173,62 +259,59 @@ def main():
     from keras_transformer.files import write_lines
     from keras_transformer.training.best_checkpoints import ValidationRecord
     from keras_transformer.training.evaluation import BeamSearchTranslator, MBRTranslator, sacrebleu_scores, score
-    from keras_transformer.training.run import train_and_evaluate
-    from keras_transformer.training.run_config import RunConfigs, apply_overrides, preset_configs
+    from keras_transformer.training.run_config import RunConfigs
 
     folder = shared_data_root() / "multi30k"
     workdir = args.workdir or pathlib.Path("runs") / f"multi30k-{args.preset}"
-    configs = apply_overrides(preset_configs(args.preset, "multi30k"),
-                              [f"run.max_train_minutes={args.minutes}", *args.overrides])
     started = time.monotonic()
-    result = train_and_evaluate(workdir, configs, verbose=2, evaluate_test=False)  # test: once, below
+    workdirs = train(args, workdir)
+    if args.train_only:
+        return
     minutes = (time.monotonic() - started) / 60.0
-    configs = RunConfigs.read(workdir)
-    tokenizer = SubwordTokenizer.from_file(workdir / "sentencepiece.model")
+    configs = RunConfigs.read(workdirs[0])
+    from benchmarks.members import newest_step, shared_vocabulary
+    tokenizer = SubwordTokenizer(shared_vocabulary(workdirs))
 
     validation = list(get_corpus("multi30k").pairs("validation"))[:args.max_sentences]
 
-    def val_bleu_of(translator):
+    def val_bleu_of(model, decode=configs.decode, translator_class=BeamSearchTranslator):
         """BLEU on val; lowercased for a case-folding run (data.lowercase)."""
-        return sacrebleu_scores(translator.translate([s for s, _ in validation], progress=True),
-                                [r for _, r in validation], configs.data.lowercase)["bleu"]
+        translations = translator_class(model, tokenizer, decode).translate([s for s, _ in validation], progress=True)
+        return sacrebleu_scores(translations, [r for _, r in validation], configs.data.lowercase)["bleu"]
 
-    best, tried = None, {}
-    for name, steps, model in candidate_models(configs, workdir, args.candidates, args.ensembles):
-        translator = BeamSearchTranslator(model, tokenizer, configs.decode)
-        bleu = val_bleu_of(translator)
-        log(f"val BLEU of {name}: {bleu:.2f}")
-        tried[name] = round(bleu, 2)
-        if best is None or bleu > best[3]:
-            best = (name, steps, translator, bleu)
-    # Then beam and length penalty, on val too, with the chosen checkpoint.
-    name, steps, translator, val_bleu = best
-    decodings = {f"beam {configs.decode.beam_size}, alpha {configs.decode.alpha:g}": round(val_bleu, 2)}
+    (name, steps, model, val_bleu), tried = choose_candidate(args, workdirs, val_bleu_of)
+    # Then beam and length penalty, on val too, with the chosen candidate.
+    decode, mbr_size = configs.decode, None
+    decodings = {f"beam {decode.beam_size}, alpha {decode.alpha:g}": round(val_bleu, 2)}
     for beam, alpha in itertools.product(args.beams, args.alphas):
         key = f"beam {beam}, alpha {alpha:g}"
         if key in decodings:
             continue
-        other = BeamSearchTranslator(translator.model, tokenizer,
-                                     dataclasses.replace(configs.decode, beam_size=beam, alpha=alpha))
-        bleu = val_bleu_of(other)
+        other = dataclasses.replace(configs.decode, beam_size=beam, alpha=alpha)
+        bleu = val_bleu_of(model, other)
         log(f"val BLEU of {name} at {key}: {bleu:.2f}")
         decodings[key] = round(bleu, 2)
         if bleu > val_bleu:
-            translator, val_bleu = other, bleu
+            decode, val_bleu = other, bleu
     for size in args.mbr:  # the chosen alpha's n-best lists, the choice among them made by MBR
-        key = f"MBR among {size}, alpha {translator.decode_config.alpha:g}"
-        other = MBRTranslator(translator.model, tokenizer, dataclasses.replace(translator.decode_config, beam_size=size))
-        bleu = val_bleu_of(other)
+        key = f"MBR among {size}, alpha {decode.alpha:g}"
+        other = dataclasses.replace(decode, beam_size=size)
+        bleu = val_bleu_of(model, other, MBRTranslator)
         log(f"val BLEU of {name} at {key}: {bleu:.2f}")
         decodings[key] = round(bleu, 2)
         if bleu > val_bleu:
-            translator, val_bleu = other, bleu
-    decode = translator.decode_config
-    mbr_size = decode.beam_size if isinstance(translator, MBRTranslator) else None
+            decode, val_bleu, mbr_size = other, bleu, size
+    translator = (MBRTranslator if mbr_size else BeamSearchTranslator)(model, tokenizer, decode)
+    records = [ValidationRecord.read(run) for run in workdirs]
+    trained = [newest_step(run) for run in workdirs]
+    stopped_early = [record.patience_exhausted(RunConfigs.read(run).run.early_stopping_patience)
+                     for record, run in zip(records, workdirs)]
+    labels = [f"member {i}: " for i in range(len(workdirs))] if len(workdirs) > 1 else [""]
     png = workdir / "validation.png"
-    plot_validation(png, ValidationRecord.read(workdir), (name, steps),
-                    f"Multi30k val, {args.preset}, {args.minutes:g}-minute budget, {result.step} steps"
-                    f"{' (stopped early)' if result.stopped_early else ''}")
+    members = f", {len(workdirs)} members" if len(workdirs) > 1 else ""
+    plot_validation(png, list(zip(labels, records, chosen_steps_by_run(name, steps, len(workdirs)))), name,
+                    f"Multi30k val, {args.preset}, {args.minutes:g}-minute budget{members}, "
+                    f"{' + '.join(map(str, trained))} steps{' (stopped early)' if any(stopped_early) else ''}")
 
     for test_set in ("test_2016_flickr", "test_2017_flickr"):
         pairs, _ = read_aligned_files(folder / f"{test_set}.en", folder / f"{test_set}.de")
@@ -248,8 +331,9 @@ def main():
              bleu_lc_signature=lowercased["bleu_signature"], chrf=round(scores.chrf, 2),
              chrf_signature=scores.chrf_signature, chrf_lc=round(lowercased["chrf"], 2),
              chrf_lc_signature=lowercased["chrf_signature"], checkpoint=name,
-             val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings, steps=result.step,
-             stopped_early=result.stopped_early, budget_minutes=args.minutes, png=str(png),
+             val_bleu=round(val_bleu, 2), candidates=tried, decodings=decodings,
+             steps=trained[0] if len(trained) == 1 else trained, members=len(workdirs),
+             stopped_early=any(stopped_early), budget_minutes=args.minutes, png=str(png),
              wall_minutes_to_test=round(minutes, 1), threads=args.threads, beam=decode.beam_size,
              alpha=decode.alpha, mbr=mbr_size, sentences=len(pairs))
 
