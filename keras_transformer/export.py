@@ -108,8 +108,7 @@ def load_model_from_workdir(workdir, checkpoint=None, weights=None, build_model=
         raise ValueError(f"give a checkpoint ({checkpoint}) or weights ({weights}), not both")
     config = TransformerConfig.from_json(_require_file(workdir / MODEL_CONFIG_FILENAME, "model config").read_text())
     sentencepiece_proto = _require_file(workdir / SENTENCEPIECE_FILENAME, "SentencePiece model").read_bytes()
-    decode_path = workdir / DECODE_CONFIG_FILENAME
-    decode_config = DecodeConfig.from_json(decode_path.read_text()) if decode_path.is_file() else DecodeConfig()
+    decode_config = load_decode_config(workdir)
     if checkpoint is None and weights is None and (workdir / AVERAGED_WEIGHTS_FILENAME).is_file():
         weights = workdir / AVERAGED_WEIGHTS_FILENAME
     model = (build_model or Transformer)(config)
@@ -122,6 +121,12 @@ def load_model_from_workdir(workdir, checkpoint=None, weights=None, build_model=
         restore_checkpoint(model, prefix)
         logger.info("restored checkpoint %s", prefix)
     return model, sentencepiece_proto, decode_config
+
+
+def load_decode_config(workdir) -> DecodeConfig:
+    """A run directory's decoding settings (decode_config.json), the defaults where it has none."""
+    path = pathlib.Path(workdir) / DECODE_CONFIG_FILENAME
+    return DecodeConfig.from_json(path.read_text()) if path.is_file() else DecodeConfig()
 
 
 def restore_checkpoint(model, prefix):

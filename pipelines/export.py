@@ -1,13 +1,16 @@
 """Export a run as a SavedModel that translates raw strings, in the layout TF Serving watches.
 
     python -m pipelines.export --workdir runs/wmt14 [--checkpoint runs/wmt14/checkpoints/ckpt-20]
-        [--weights runs/wmt14/averaged.weights.h5 | --ensemble K] [--export-dir exported/wmt14] [--version N]
+        [--weights runs/wmt14/averaged.weights.h5 | --ensemble K | --ensemble-of PATH PATH ...]
+        [--export-dir exported/wmt14] [--version N]
         [--max-source-length 256] [--max-beam-size 8] [--precision float32|bfloat16|float16]
         [--parallel-groups G] [--transposed-kernels on|off]
 
 Restores the run's model (its averaged.weights.h5 if it has one, else its latest checkpoint, unless
 --checkpoint or --weights says otherwise; --ensemble K: the ensemble of its last K checkpoints, whose
-next-token distributions are averaged at each step, keras_transformer.ensemble), wraps it with its
+next-token distributions are averaged at each step, keras_transformer.ensemble; --ensemble-of: the
+ensemble of these checkpoints or weights files, of any runs that share --workdir's vocabulary, such as
+the members of `benchmarks/multi30k.py --members N`), wraps it with its
 SentencePiece model and decoding settings in a keras_transformer.export.Translator and writes
 --export-dir/<version> (default: the next number) atomically. Prints the path of the new version. --precision bfloat16 (CPUs with AVX512_BF16
 or AMX) or float16 (GPUs) stores the weights and runs the matrix products in that dtype, see
@@ -20,7 +23,8 @@ import dataclasses
 import json
 import pathlib
 
-from keras_transformer.export import DEFAULT_MAX_BEAM_SIZE, export_translator, load_model_from_workdir
+from keras_transformer.export import (DEFAULT_MAX_BEAM_SIZE, export_translator, load_decode_config,
+                                     load_model_from_workdir)
 from keras_transformer.precision import DEFAULT_PRECISION, PRECISIONS
 from pipelines import show_job_log
 
@@ -35,6 +39,12 @@ def parse_args(argv=None):
     source.add_argument("--ensemble", type=int, metavar="K",
                         help="the ensemble of the run's last K checkpoints (a translation run; each decoding "
                              "step costs K models' steps)")
+    source.add_argument("--ensemble-of", type=pathlib.Path, nargs="+", metavar="PATH",
+                        help="the ensemble of these checkpoint prefixes (.../ckpt-20), checkpoint directories "
+                             "(their latest), .weights.h5 files or run directories (their averaged weights, "
+                             "else their latest checkpoint), each of a run (the nearest folder at or above it "
+                             "with a model_config.json) with --workdir's SentencePiece model; the decoding "
+                             "settings are --workdir's")
     parser.add_argument("--export-dir", type=pathlib.Path,
                         help="where the numbered versions go (default: exported/<workdir name>)")
     parser.add_argument("--version", type=int, help="version number (default: the next one)")
@@ -90,6 +100,43 @@ def load_ensemble(workdir, count, task):
     return TransformerEnsemble([model for model, _, _ in members]), sentencepiece_proto, decode_config
 
 
+def run_directory_of(path):
+    """The run directory of a checkpoint prefix, a checkpoint directory or a weights file (the nearest
+    folder above it with a model config), or `path` itself if it is one."""
+    from keras_transformer.export import MODEL_CONFIG_FILENAME
+
+    path = pathlib.Path(path).absolute()
+    for folder in (path, *path.parents):
+        if (folder / MODEL_CONFIG_FILENAME).is_file():
+            return folder
+    raise FileNotFoundError(f"--ensemble-of {path}: no run directory (a folder with {MODEL_CONFIG_FILENAME}) above it")
+
+
+def load_ensemble_of(workdir, paths, task):
+    """(TransformerEnsemble of the models at `paths`, workdir's SentencePiece proto and DecodeConfig);
+    ValueError for a member whose run has another vocabulary."""
+    from keras_transformer.ensemble import TransformerEnsemble
+    from keras_transformer.export import SENTENCEPIECE_FILENAME
+
+    if task.name != "translation":
+        raise ValueError(f"--ensemble-of exports translation runs; {workdir} is a {task.name} run")
+    if len(paths) < 2:
+        raise ValueError(f"--ensemble-of {paths[0]}: an ensemble needs at least 2 models")
+    vocabulary = pathlib.Path(workdir) / SENTENCEPIECE_FILENAME
+    if not vocabulary.is_file():
+        raise FileNotFoundError(f"SentencePiece model not found: {vocabulary}")
+    members = []
+    for path in paths:
+        run = run_directory_of(path)
+        weights = path if path.name.endswith(".weights.h5") else None
+        checkpoint = None if weights or run == path.absolute() else path  # a run directory: its own choice
+        model, sentencepiece_proto, _ = load_model_from_workdir(run, checkpoint, weights)
+        if sentencepiece_proto != vocabulary.read_bytes():
+            raise ValueError(f"--ensemble-of {path}: its run {run} has another SentencePiece model than {vocabulary}")
+        members.append(model)
+    return TransformerEnsemble(members), vocabulary.read_bytes(), load_decode_config(workdir)
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     show_job_log()
@@ -98,6 +145,8 @@ def main(argv=None):
         task = run_task(args.workdir)
         if args.ensemble is not None:
             model, sentencepiece_proto, decode_config = load_ensemble(args.workdir, args.ensemble, task)
+        elif args.ensemble_of is not None:
+            model, sentencepiece_proto, decode_config = load_ensemble_of(args.workdir, args.ensemble_of, task)
         else:
             model, sentencepiece_proto, decode_config = load_model_from_workdir(
                 args.workdir, args.checkpoint, args.weights,

@@ -223,3 +223,53 @@ def test_an_ensemble_of_the_last_checkpoints_exports_and_translates_as_in_python
     last = Translator(model, sentencepiece_proto, decode_config, max_beam_size=2)
     alone = last.translate(tf.constant(SENTENCES))
     assert not np.allclose(served["scores"].numpy(), alone["scores"].numpy())  # not the last checkpoint alone
+
+
+@pytest.mark.slow
+def test_an_ensemble_of_other_runs_exports_and_translates_as_in_python(tiny_workdir, tmp_path, capsys):
+    """--ensemble-of: models of several runs with one vocabulary (a checkpoint prefix, a checkpoint
+    directory, a weights file, a run directory), each found in its own run; another vocabulary is refused."""
+    import shutil
+
+    import numpy as np
+
+    from keras_transformer.ensemble import TransformerEnsemble
+    from keras_transformer.export import Translator, load_model_from_workdir
+
+    runs = [tmp_path / "member-0", tmp_path / "member-1"]
+    for run in runs:
+        shutil.copytree(tiny_workdir, run)
+    model, sentencepiece_proto, decode_config = load_model_from_workdir(runs[1])
+    for weight in model.weights:
+        weight.assign(weight * 0.9)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), runs[1] / "checkpoints", max_to_keep=5)
+    prefix = pathlib.Path(manager.save(checkpoint_number=99))
+    model.save_weights(str(runs[1] / "scaled.weights.h5"))
+    first, _, _ = load_model_from_workdir(runs[0])
+    # (each Translator kept in a name: a tf.function method keeps a weak reference to its object)
+    ensemble = Translator(TransformerEnsemble([first, model]), sentencepiece_proto, decode_config, max_beam_size=2)
+    expected = ensemble.translate(tf.constant(SENTENCES))
+    single = Translator(first, sentencepiece_proto, decode_config, max_beam_size=2)
+    alone = single.translate(tf.constant(SENTENCES))
+    for i, second in enumerate([prefix, runs[1] / "checkpoints", runs[1] / "scaled.weights.h5"]):
+        export_pipeline.main(["--workdir", str(runs[0]), "--export-dir", str(tmp_path / "exported"),
+                              "--ensemble-of", str(runs[0] / "checkpoints"), str(second), "--max-beam-size", "2"])
+        version = pathlib.Path(capsys.readouterr().out.strip())
+        assert version == tmp_path / "exported" / str(i + 1)
+        served = tf.saved_model.load(str(version)).signatures["serving_default"](inputs=tf.constant(SENTENCES))
+        np.testing.assert_array_equal(served["translations"].numpy(), expected["translations"].numpy())
+        np.testing.assert_allclose(served["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
+        assert not np.allclose(served["scores"].numpy(), alone["scores"].numpy())  # both members count
+
+    (runs[1] / "sentencepiece.model").write_bytes(sentencepiece_proto + b"\n")
+    refusals = ((["--ensemble-of", str(runs[0]), str(prefix)],
+                 f"--ensemble-of {prefix}: its run {runs[1]} has another SentencePiece model than "
+                 f"{runs[0] / 'sentencepiece.model'}"),
+                (["--ensemble-of", str(runs[0])], f"--ensemble-of {runs[0]}: an ensemble needs at least 2 models"),
+                (["--ensemble-of", str(runs[0]), str(tmp_path / "elsewhere.weights.h5")],
+                 f"--ensemble-of {tmp_path / 'elsewhere.weights.h5'}: no run directory"))
+    for argv, error in refusals:
+        with pytest.raises(SystemExit) as exit_info:
+            export_pipeline.main(["--workdir", str(runs[0]), "--export-dir", str(tmp_path / "refused"), *argv])
+        assert exit_info.value.code == 2 and error in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
