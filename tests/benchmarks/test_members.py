@@ -46,13 +46,9 @@ def _member(body):
 def _run_in(workdirs, bodies, **kwargs):
     for workdir in workdirs:
         workdir.mkdir(parents=True, exist_ok=True)
-    cwd = os.getcwd()
-    commands = [["sh", "-c", f'cd "{workdir}" && exec "$@"', "sh", *_member(body)]
+    commands = [["sh", "-c", f'cd "{workdir}" && exec "$@"', "sh", *_member(body)]  # each in its workdir
                 for workdir, body in zip(workdirs, bodies)]
-    try:
-        return train_members(commands, workdirs, **kwargs)
-    finally:
-        os.chdir(cwd)
+    return train_members(commands, workdirs, **kwargs)
 
 
 def test_members_run_at_once_and_log_to_their_workdirs(tmp_path):
@@ -76,14 +72,12 @@ def test_a_failed_member_stops_the_others_and_is_named(tmp_path):
     bodies = ["time.sleep(60)\n",
               "while not (here.parent / 'member-0' / 'started').exists(): time.sleep(0.05)\n"
               "print('bad value in line 3'); sys.exit(3)\n"]
-    started = time.monotonic()
     with pytest.raises(SystemExit) as stopped:
         _run_in(workdirs, bodies)
     message = str(stopped.value)
     assert "member 1 failed (exit code 3)" in message
     assert str(workdirs[1] / "train.log") in message and "bad value in line 3" in message
-    assert (workdirs[0] / "saved").read_text() == "yes"  # member 0 got SIGTERM: it saves and stops
-    assert time.monotonic() - started < 50  # not its 60-second sleep
+    assert (workdirs[0] / "saved").read_text() == "yes"  # member 0 got SIGTERM in its sleep: it saved and stopped
 
 
 def test_sigterm_stops_every_member_after_its_save(tmp_path):
