@@ -90,9 +90,9 @@ def train_members(commands, workdirs, poll_seconds=60.0):
         failed, last_report = None, time.monotonic()
         while any(process.poll() is None for process in processes):
             time.sleep(1.0)
-            for i, process in enumerate(processes):
-                if failed is None and not stopping and process.poll() not in (None, 0):
-                    failed = i
+            if failed is None and not stopping:
+                failed = next((i for i, process in enumerate(processes) if process.poll() not in (None, 0)), None)
+                if failed is not None:
                     stop()
             if time.monotonic() - last_report >= poll_seconds:
                 last_report = time.monotonic()
@@ -101,15 +101,14 @@ def train_members(commands, workdirs, poll_seconds=60.0):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if failed is not None:
-        raise SystemExit(f"member {failed} failed (exit code {processes[failed].returncode}); the others were "
-                         f"stopped after a checkpoint. Its log, {logs[failed]}, ends:\n{_tail(logs[failed])}")
-    if stopping:
+    if stopping and failed is None:
         raise SystemExit(f"stopped by {stopping[0]}: each member saved a checkpoint; the same command resumes them")
-    bad = [i for i, process in enumerate(processes) if process.returncode != 0]
-    if bad:  # exited non-zero between two polls, after the others had finished
-        raise SystemExit(f"member {bad[0]} failed (exit code {processes[bad[0]].returncode}); its log, "
-                         f"{logs[bad[0]]}, ends:\n{_tail(logs[bad[0]])}")
+    if failed is None:  # one that failed after the last look, when the others had finished
+        failed = next((i for i, process in enumerate(processes) if process.returncode != 0), None)
+    if failed is not None:
+        others = "; the others were stopped after a checkpoint" if stopping else ""
+        raise SystemExit(f"member {failed} failed (exit code {processes[failed].returncode}){others}. Its log, "
+                         f"{logs[failed]}, ends:\n{_tail(logs[failed])}")
 
 
 def shared_vocabulary(workdirs):
