@@ -84,7 +84,6 @@ def translator_class(workdir):
 
 def load_ensemble(workdir, count, task):
     """(TransformerEnsemble of the run's last `count` checkpoints, SentencePiece proto, DecodeConfig)."""
-    from keras_transformer.ensemble import TransformerEnsemble
     from keras_transformer.training.averaging import last_checkpoints
 
     if task.name != "translation":
@@ -95,9 +94,7 @@ def load_ensemble(workdir, count, task):
     if len(paths) < count:
         raise ValueError(f"--ensemble {count}: the run in {workdir} keeps only {len(paths)} "
                          f"checkpoint{'' if len(paths) == 1 else 's'}")
-    members = [load_model_from_workdir(workdir, checkpoint=path) for path in paths]
-    _, sentencepiece_proto, decode_config = members[0]
-    return TransformerEnsemble([model for model, _, _ in members]), sentencepiece_proto, decode_config
+    return ensemble_of_paths(workdir, [pathlib.Path(path) for path in paths])
 
 
 def run_directory_of(path):
@@ -113,28 +110,34 @@ def run_directory_of(path):
 
 
 def load_ensemble_of(workdir, paths, task):
-    """(TransformerEnsemble of the models at `paths`, workdir's SentencePiece proto and DecodeConfig);
-    ValueError for a member whose run has another vocabulary."""
-    from keras_transformer.ensemble import TransformerEnsemble
-    from keras_transformer.export import SENTENCEPIECE_FILENAME
-
+    """(TransformerEnsemble of the models at `paths` (ensemble_of_paths), workdir's SentencePiece proto
+    and DecodeConfig)."""
     if task.name != "translation":
         raise ValueError(f"--ensemble-of exports translation runs; {workdir} is a {task.name} run")
     if len(paths) < 2:
         raise ValueError(f"--ensemble-of {paths[0]}: an ensemble needs at least 2 models")
+    return ensemble_of_paths(workdir, paths)
+
+
+def ensemble_of_paths(workdir, paths):
+    """(TransformerEnsemble of the models at `paths`, each loaded from its own run, workdir's
+    SentencePiece proto and DecodeConfig); ValueError for a member whose run has another vocabulary."""
+    from keras_transformer.ensemble import TransformerEnsemble
+    from keras_transformer.export import SENTENCEPIECE_FILENAME
+
     vocabulary = pathlib.Path(workdir) / SENTENCEPIECE_FILENAME
     if not vocabulary.is_file():
         raise FileNotFoundError(f"SentencePiece model not found: {vocabulary}")
-    members = []
+    proto, members = vocabulary.read_bytes(), []
     for path in paths:
         run = run_directory_of(path)
         weights = path if path.name.endswith(".weights.h5") else None
         checkpoint = None if weights or run == path.absolute() else path  # a run directory: its own choice
         model, sentencepiece_proto, _ = load_model_from_workdir(run, checkpoint, weights)
-        if sentencepiece_proto != vocabulary.read_bytes():
+        if sentencepiece_proto != proto:
             raise ValueError(f"--ensemble-of {path}: its run {run} has another SentencePiece model than {vocabulary}")
         members.append(model)
-    return TransformerEnsemble(members), vocabulary.read_bytes(), load_decode_config(workdir)
+    return TransformerEnsemble(members), proto, load_decode_config(workdir)
 
 
 def main(argv=None):
