@@ -120,7 +120,7 @@ class Decoder(_Stack):
         if not return_attention_scores:
             return self._run_layers(x, lambda layer, y: layer(y, memory, self_attention_mask, cross_attention_mask,
                                                               training=training), training)
-        if training and self.layer_drop_rate > 0:  # a skipped last layer would have none
+        if self._drops_layers(training):  # a skipped last layer would have none
             raise ValueError("the decoder returns no attention weights from a training call with "
                              f"LayerDrop (layer_drop_rate={self.layer_drop_rate}): a skipped last layer has none")
         scores = None

@@ -175,10 +175,14 @@ class _Stack(_LayerArgs, keras.layers.Layer):
     def _final(self, x):
         return self.final_norm(x) if self.final_norm is not None else x
 
+    def _drops_layers(self, training):
+        """Whether this call may skip layers: a training call with LayerDrop."""
+        return bool(training) and self.layer_drop_rate > 0
+
     def _kept_layers(self, training):
         """(N,) bool, True for each layer this call runs: None (every layer) but in training with
         LayerDrop, where each is skipped with probability layer_drop_rate."""
-        if not (training and self.layer_drop_rate > 0):
+        if not self._drops_layers(training):
             return None
         draws = tf.random.stateless_uniform([self.num_layers], seed=replica_seed(self.layer_drop_seed_generator))
         return draws >= self.layer_drop_rate
