@@ -218,8 +218,9 @@ def choose(candidates, val_bleu_of, tried):
 
 def choose_candidate(args, workdirs, val_bleu_of):
     """Each run's (each member's) candidates on val, then with members the ensemble of their
-    choices: (name, steps, model, val BLEU) of the best, and the val BLEU of each in a dict. An
-    ensemble's steps are its members' lists, in order."""
+    choices: (name, steps, model, val BLEU) of the best, the val BLEU of each in a dict, and the
+    chosen steps in each run (an ensemble's: each member's; otherwise [] in the runs not chosen).
+    An ensemble's steps are its members' lists, in order."""
     from keras_transformer.ensemble import TransformerEnsemble
     from keras_transformer.training.run_config import RunConfigs
 
@@ -229,21 +230,16 @@ def choose_candidate(args, workdirs, val_bleu_of):
         candidates = ((prefix + name, steps, model) for name, steps, model
                       in candidate_models(RunConfigs.read(run), run, args.candidates, args.ensembles))
         chosen.append(choose(candidates, val_bleu_of, tried))
-    best = max(chosen, key=lambda entry: entry[3])
+    index = max(range(len(chosen)), key=lambda i: chosen[i][3])
+    best = chosen[index]
+    steps_by_run = [best[1] if i == index else [] for i in range(len(chosen))]
     if len(chosen) > 1:
         ensemble = (f"ensemble of the {len(chosen)} members' choices", [entry[1] for entry in chosen],
                     TransformerEnsemble([entry[2] for entry in chosen]))
-        best = max([best, choose([ensemble], val_bleu_of, tried)], key=lambda entry: entry[3])
-    return best, tried
-
-
-def chosen_steps_by_run(name, steps, runs):
-    """The steps of the chosen candidate in each of `runs` (an ensemble of members: each member's)."""
-    if runs == 1:
-        return [steps]
-    if name.startswith("ensemble of the") and name.endswith("members' choices"):
-        return list(steps)
-    return [steps if name.startswith(f"member {i}: ") else [] for i in range(runs)]
+        scored = choose([ensemble], val_bleu_of, tried)
+        if scored[3] > best[3]:
+            best, steps_by_run = scored, list(ensemble[1])
+    return best, tried, steps_by_run
 
 
 def main():
@@ -279,7 +275,7 @@ def main():
         translations = translator_class(model, tokenizer, decode).translate([s for s, _ in validation], progress=True)
         return sacrebleu_scores(translations, [r for _, r in validation], configs.data.lowercase)["bleu"]
 
-    (name, steps, model, val_bleu), tried = choose_candidate(args, workdirs, val_bleu_of)
+    (name, steps, model, val_bleu), tried, chosen_steps = choose_candidate(args, workdirs, val_bleu_of)
     # Then beam and length penalty, on val too, with the chosen candidate.
     decode, mbr_size = configs.decode, None
     decodings = {f"beam {decode.beam_size}, alpha {decode.alpha:g}": round(val_bleu, 2)}
@@ -309,7 +305,7 @@ def main():
     labels = [f"member {i}: " for i in range(len(workdirs))] if len(workdirs) > 1 else [""]
     png = workdir / "validation.png"
     members = f", {len(workdirs)} members" if len(workdirs) > 1 else ""
-    plot_validation(png, list(zip(labels, records, chosen_steps_by_run(name, steps, len(workdirs)))), name,
+    plot_validation(png, list(zip(labels, records, chosen_steps)), name,
                     f"Multi30k val, {args.preset}, {args.minutes:g}-minute budget{members}, "
                     f"{' + '.join(map(str, trained))} steps{' (stopped early)' if any(stopped_early) else ''}")
 
