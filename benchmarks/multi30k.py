@@ -275,7 +275,7 @@ def main():
         translations = translator_class(model, tokenizer, decode).translate([s for s, _ in validation], progress=True)
         return sacrebleu_scores(translations, [r for _, r in validation], configs.data.lowercase)["bleu"]
 
-    (name, steps, model, val_bleu), tried, chosen_steps = choose_candidate(args, workdirs, val_bleu_of)
+    (name, _, model, val_bleu), tried, chosen_steps = choose_candidate(args, workdirs, val_bleu_of)
     # Then beam and length penalty, on val too, with the chosen candidate.
     decode, mbr_size = configs.decode, None
     decodings = {f"beam {decode.beam_size}, alpha {decode.alpha:g}": round(val_bleu, 2)}
