@@ -42,7 +42,7 @@ from keras_transformer.training.distribution import (CLUSTER_WAIT_SECONDS, CORPU
                                                      xla_compilation_errors_name_the_flag)
 from keras_transformer.training.evaluation import BeamSearchTranslator, Scores
 from keras_transformer.training.run_config import RunConfigs, with_micro_batch_budget
-from keras_transformer.training.summaries import TrainingMonitor
+from keras_transformer.training.summaries import StepProfiler, TrainingMonitor
 from keras_transformer.training.task import TRANSLATION, Task
 
 logger = logging.getLogger(__name__)
@@ -218,6 +218,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
                                     run.early_stopping_patience, write=chief)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes, configs.train.cooldown_fraction)
+    profiler = StepProfiler(pathlib.Path(workdir) / "tensorboard" / "train", run.profile_steps, write=chief)
     try:
         with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
             if selection.record.evaluation_missing(run_checkpoint.step, run.eval_every_steps,
@@ -242,7 +243,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                                                     start_segment=start_segment, start_batch=start_batch,
                                                     accumulate_steps=run.accumulate_steps, input_context=context))
                 model.fit(stream, initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
-                          callbacks=[checkpoints, time_limit, monitor, selection], verbose=verbose, shuffle=False)
+                          callbacks=[profiler, checkpoints, time_limit, monitor, selection], verbose=verbose, shuffle=False)
                 if checkpoints.diverged:
                     raise TrainingDiverged(checkpoints.diverged)
                 if checkpoints.interrupted:

@@ -58,6 +58,9 @@ class RunConfig:
       jit_compile: compile the training step with XLA (one compilation per batch shape).
       max_train_minutes: stop training after this many minutes of this process (saving a
         checkpoint), then average, evaluate and export as at the last step; None: no limit.
+      profile_steps: trace this many training steps with TensorFlow's profiler, from the job's
+        sixth step on (training.summaries.StepProfiler), into workdir/tensorboard/train for
+        TensorBoard's profile tab (the chief's); 0 (the default) traces none.
     """
 
     seed: int = 0
@@ -74,16 +77,18 @@ class RunConfig:
     mixed_precision: str = "off"
     jit_compile: bool = False
     max_train_minutes: Optional[float] = None
+    profile_steps: int = 0
 
     def __post_init__(self):
         for name in ("accumulate_steps", "checkpoint_every_steps", "keep_checkpoints", "eval_every_steps",
                      "log_every_steps", "eval_sentences"):
             value = getattr(self, name)
             _require(isinstance(value, int) and value > 0, f"RunConfig.{name} must be a positive integer; got {value!r}")
-        for name in ("keep_best_checkpoints", "early_stopping_patience"):
+        for name in ("keep_best_checkpoints", "early_stopping_patience", "profile_steps"):
             value = getattr(self, name)
             _require(isinstance(value, int) and value >= 0, f"RunConfig.{name} must be an integer >= 0 (0: "
-                     f"{'keep none' if name == 'keep_best_checkpoints' else 'no early stopping'}); got {value!r}")
+                     f"{dict(keep_best_checkpoints='keep none', profile_steps='no profile').get(name, 'no early stopping')}); "
+                     f"got {value!r}")
         _require(self.checkpoint_every_minutes > 0,
                  f"RunConfig.checkpoint_every_minutes must be positive; got {self.checkpoint_every_minutes!r}")
         _require(self.max_train_minutes is None or self.max_train_minutes > 0,

@@ -7,6 +7,8 @@
                  sentences), translations (text: source, reference, translation), attention
                  (image: the encoder-decoder attention of the last decoder layer over the first
                  sample, one panel per head and their mean)
+    train/plugins/profile/  with RunConfig.profile_steps, TensorFlow's profile of that many
+                 training steps (TensorBoard's profile tab: the trace viewer, op time by type)
 """
 import io
 import logging
@@ -91,6 +93,51 @@ def translations_markdown(sources, references, hypotheses) -> str:
     lines = ["| source | reference | translation |", "|---|---|---|"]
     lines += [f"| {cell(s)} | {cell(r)} | {cell(h)} |" for s, r, h in zip(sources, references, hypotheses)]
     return "\n".join(lines)
+
+
+# The steps a job's profile skips: its first traces the step function, the next few warm up.
+PROFILE_AFTER_STEPS = 5
+
+
+class StepProfiler(keras.callbacks.Callback):
+    """Traces `steps` training steps with TensorFlow's profiler into log_dir (workdir/tensorboard/
+    train: TensorBoard shows the trace in its profile tab), from this process's PROFILE_AFTER_STEPS-th
+    step on, once. A fit call that ends inside the trace ends it (a job calls fit once per stretch
+    between evaluations). write=False (a cluster's other workers) traces nothing."""
+
+    def __init__(self, log_dir, steps, write=True):
+        super().__init__()
+        self.log_dir = pathlib.Path(log_dir)
+        self.steps = steps
+        self.write = write
+        self.seen = 0  # training steps of this process
+        self.traced = 0
+        self.active = False
+        self.done = not (steps and write)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self.done and not self.active and self.seen >= PROFILE_AFTER_STEPS:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            tf.profiler.experimental.start(str(self.log_dir))
+            self.active = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.active:
+            self.traced += 1
+            if self.traced >= self.steps:
+                self._stop()
+
+    def on_train_end(self, logs=None):
+        if self.active:
+            self._stop()
+
+    def _stop(self):
+        tf.profiler.experimental.stop()
+        self.active, self.done = False, True
+        logger.info("profiled %d training step%s (steps %d to %d of this process) into %s: TensorBoard's "
+                    "profile tab", self.traced, "" if self.traced == 1 else "s", self.seen - self.traced + 1,
+                    self.seen, self.log_dir / "plugins" / "profile")
 
 
 class TrainingMonitor(keras.callbacks.Callback):

@@ -10,11 +10,13 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.data import NumbersCorpus
 from keras_transformer.export import Translator
-from tests.readme_run import CHECKPOINT_EVERY_STEPS, TRAIN_STEPS, readme_run, run_readme_command  # noqa: F401
+from tests.readme_run import (CHECKPOINT_EVERY_STEPS, PROFILE_STEPS, TRAIN_STEPS, readme_run,  # noqa: F401
+                              run_readme_command)
 
 TEST_PAIRS = 200
 
@@ -93,6 +95,18 @@ def test_tensorboard_holds_scalars_translations_and_an_attention_image(finished_
     width, height, png = image[0], image[1], image[2]  # TensorBoard's image summary: [w, h, png bytes]
     assert int(width) > 100 and int(height) > 100
     assert png.startswith(b"\x89PNG")
+
+
+def test_tensorboard_holds_the_profile_of_the_steps_asked_for(readme_run):
+    """--set profile_steps=2: TensorFlow's trace of steps 6 and 7, where TensorBoard's profile tab
+    reads it (train/plugins/profile/<session>/), with the training step's ops, its backward pass's too."""
+    traces = list((readme_run.workdir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(traces) == 1, traces
+    space = xplane_pb2.XSpace.FromString(traces[0].read_bytes())
+    names = {metadata.name for plane in space.planes for metadata in plane.event_metadata.values()}
+    assert any("multi_step_on_iterator" in name for name in names), sorted(names)[:50]  # Keras's training step
+    assert any("gradient_tape/training_transformer" in name for name in names)  # its backward pass, op by op
+    assert f"profiled {PROFILE_STEPS} training steps (steps 6 to 7 of this process)" in readme_run.stderr
 
 
 def test_running_the_finished_job_again_reuses_its_export(finished_run):

@@ -45,6 +45,7 @@ def test_overrides_reach_every_config_and_parse_types():
     ("train_steps=many", "cannot read 'many' as int"),
     ("jit_compile=maybe", "expected true or false, got 'maybe'"),
     ("dropout_rate=1.5", "dropout_rate must be in [0, 1); got 1.5"),
+    ("profile_steps=-1", "RunConfig.profile_steps must be an integer >= 0 (0: no profile); got -1"),
 ])
 def test_bad_overrides_name_the_value(assignment, message):
     with pytest.raises(ValueError, match=None) as error:
