@@ -243,7 +243,8 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
                                                     start_segment=start_segment, start_batch=start_batch,
                                                     accumulate_steps=run.accumulate_steps, input_context=context))
                 model.fit(stream, initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
-                          callbacks=[profiler, checkpoints, time_limit, monitor, selection], verbose=verbose, shuffle=False)
+                          callbacks=[profiler, checkpoints, time_limit, monitor, selection], verbose=verbose,
+                          shuffle=False)
                 if checkpoints.diverged:
                     raise TrainingDiverged(checkpoints.diverged)
                 if checkpoints.interrupted:

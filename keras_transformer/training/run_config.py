@@ -86,9 +86,10 @@ class RunConfig:
             _require(isinstance(value, int) and value > 0, f"RunConfig.{name} must be a positive integer; got {value!r}")
         for name in ("keep_best_checkpoints", "early_stopping_patience", "profile_steps"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 0, f"RunConfig.{name} must be an integer >= 0 (0: "
-                     f"{dict(keep_best_checkpoints='keep none', profile_steps='no profile').get(name, 'no early stopping')}); "
-                     f"got {value!r}")
+            meaning = {"keep_best_checkpoints": "keep none", "early_stopping_patience": "no early stopping",
+                       "profile_steps": "no profile"}[name]
+            _require(isinstance(value, int) and value >= 0,
+                     f"RunConfig.{name} must be an integer >= 0 (0: {meaning}); got {value!r}")
         _require(self.checkpoint_every_minutes > 0,
                  f"RunConfig.checkpoint_every_minutes must be positive; got {self.checkpoint_every_minutes!r}")
         _require(self.max_train_minutes is None or self.max_train_minutes > 0,
