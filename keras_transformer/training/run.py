@@ -208,7 +208,8 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     validation_pairs = [pair for _, pair in zip(range(run.eval_sentences), corpus.pairs("validation"))]
     checkpoints = CheckpointCallback(run_checkpoint, run.checkpoint_every_steps, run.checkpoint_every_minutes,
                                      configs.train.train_steps)
-    monitor = TrainingMonitor(pathlib.Path(workdir) / "tensorboard", run.log_every_steps, validation,
+    tensorboard = pathlib.Path(workdir) / "tensorboard"
+    monitor = TrainingMonitor(tensorboard, run.log_every_steps, validation,
                               BeamSearchTranslator(model, tokenizer, configs.decode,
                                                    translator_class=task.translator(workdir)), validation_pairs,
                               sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto),
@@ -218,7 +219,7 @@ def _train(model, position, run_checkpoint, configs, strategy, corpus, tokenizer
     selection = ValidationSelection(run_checkpoint, monitor, workdir, kept_best_checkpoints(configs),
                                     run.early_stopping_patience, write=chief)
     time_limit = TrainingTimeLimit(run_checkpoint, run.max_train_minutes, configs.train.cooldown_fraction)
-    profiler = StepProfiler(pathlib.Path(workdir) / "tensorboard" / "train", run.profile_steps, write=chief)
+    profiler = StepProfiler(tensorboard / "train", run.profile_steps, write=chief)
     try:
         with sigterm_handler(checkpoints.request_termination), xla_compilation_errors_name_the_flag(run.jit_compile):
             if selection.record.evaluation_missing(run_checkpoint.step, run.eval_every_steps,

@@ -109,7 +109,6 @@ class StepProfiler(keras.callbacks.Callback):
         super().__init__()
         self.log_dir = pathlib.Path(log_dir)
         self.steps = steps
-        self.write = write
         self.seen = 0  # training steps of this process
         self.traced = 0
         self.active = False
