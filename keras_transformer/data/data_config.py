@@ -68,6 +68,12 @@ class DataConfig(JsonConfig):
         evaluation and an export's input all fold alike and every translation comes out lowercase;
         BLEU and chrF are then computed lowercased (sacreBLEU's -lc). For comparisons with results
         on lowercased corpora, such as the small-data Multi30k literature.
+      bidirectional_epochs: bidirectional training (BiT, Ding et al., EMNLP 2021; not in the paper):
+        the training stream's first N epochs hold every pair both ways, source -> target and
+        target -> source, with no tag saying which (each epoch then twice as long), and the epochs
+        after them the pairs as given. Ding et al. pretrain both ways for a third of the steps and
+        train on the given direction after. For a vocabulary and embeddings shared by the two
+        languages (the presets'); translation only. 0 (the paper): off.
     """
 
     dataset: str = "wmt14"
@@ -91,6 +97,7 @@ class DataConfig(JsonConfig):
     subword_dropout: float = 0.0
     subword_dropout_target: bool = True
     lowercase: bool = False
+    bidirectional_epochs: int = 0
 
     # For a data_config.json written before these fields existed: the values that read the data as
     # those runs did (RunConfigs.check_resumable).
@@ -135,6 +142,12 @@ class DataConfig(JsonConfig):
         if self.num_parallel_calls == 0 or self.num_parallel_calls < -1:
             raise ValueError(f"DataConfig.num_parallel_calls must be positive or -1 (autotune), "
                              f"got {self.num_parallel_calls}")
+
+        if self.bidirectional_epochs < 0:
+            raise ValueError(f"DataConfig.bidirectional_epochs must be >= 0 (0: off), got {self.bidirectional_epochs}")
+        if self.bidirectional_epochs and self.dataset.startswith("treebank:"):
+            raise ValueError(f"DataConfig.bidirectional_epochs={self.bidirectional_epochs} reads each pair both ways, "
+                             f"for translation; a treebank's trees ({self.dataset!r}) are not sentences to parse")
 
     def tokenizer_settings(self, corpus_name: str, user_defined_symbols=()) -> TokenizerSettings:
         return TokenizerSettings(vocab_size=self.vocab_size, sample_size=self.tokenizer_sample_size,

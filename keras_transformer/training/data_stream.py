@@ -19,6 +19,10 @@ line i, read from the chunk of the file's line index that holds it, text_files.l
 file with skipped lines, from the block of lines that holds it, FileCounts.pairs_block), so the
 lines before it are not read.
 
+With DataConfig.bidirectional_epochs = N > 0, the pair stream of an epoch e < N is each pair of
+that order followed by its reverse (target, source), twice as many pairs, cut into segments as any;
+a segment that starts at an odd pair of it starts with a reverse.
+
 Each batch carries its position, (e, k, index of the batch in segment k), and the training step
 records the position of the last batch it consumed in a DataPosition, saved with every checkpoint.
 A run that restarts from a checkpoint rebuilds the stream from epoch e, skips the pairs of the k
@@ -158,6 +162,16 @@ def _mixed_pairs(pairs_from, num_pairs: int, regions: int, seed, consumed) -> tf
         plain(region_pairs), cycle_length=regions, block_length=1, num_parallel_calls=regions, deterministic=True)
 
 
+def both_ways(pairs: tf.data.Dataset, ways) -> tf.data.Dataset:
+    """`pairs` of (source, target) strings with, when `ways` (an int64 scalar) is 2, each pair followed
+    by its reverse, (target, source): DataConfig.bidirectional_epochs. 1: the pairs as they are."""
+    def interleave(sources, targets):
+        forward, backward = tf.stack([sources, targets], axis=1), tf.stack([targets, sources], axis=1)  # (n, 2)
+        return tf.reshape(forward[:, :ways], [-1]), tf.reshape(backward[:, :ways], [-1])
+
+    return pairs.batch(1024).map(plain(interleave)).unbatch()
+
+
 def _epoch_batches(pairs_from, num_pairs: Optional[int], tokenizer: SubwordTokenizer,
                    config: DataConfig, epoch, first_segment, skip, scored) -> tf.data.Dataset:
     """Epoch `epoch` (an int64 scalar tensor) from batch `skip` of segment `first_segment` on: its
@@ -166,13 +180,19 @@ def _epoch_batches(pairs_from, num_pairs: Optional[int], tokenizer: SubwordToken
     epoch_seed = tf.stack([tf.constant(config.seed, tf.int64), tf.cast(epoch, tf.int64)])
     # The segments before first_segment are not tokenized nor batched: their pairs are skipped.
     first_pair = first_segment * config.segment_pairs
+    # In a bidirectional epoch the epoch's pairs are each of the corpus's pairs, then it reversed.
+    ways = (tf.where(epoch < config.bidirectional_epochs, tf.constant(2, tf.int64), tf.constant(1, tf.int64))
+            if config.bidirectional_epochs else 1)
+    first_read = first_pair // ways
     regions = stream_regions(num_pairs, config)
     if regions > 1:
         # Segments fold in their index (< 2^24); the circle's start takes another stream.
         pairs = _mixed_pairs(pairs_from, num_pairs, regions,
-                             tf.random.experimental.stateless_fold_in(epoch_seed, _FIELD), first_pair)
+                             tf.random.experimental.stateless_fold_in(epoch_seed, _FIELD), first_read)
     else:
-        pairs = pairs_from(first_pair)
+        pairs = pairs_from(first_read)
+    if config.bidirectional_epochs:
+        pairs = both_ways(pairs, ways).skip(first_pair - first_read * ways)
 
     def segment_batches(segment, block):
         shuffled = tf.data.Dataset.from_tensor_slices(

@@ -195,6 +195,11 @@ def test_data_config_checks_and_json_round_trip():
     for dropout in (1.0, -0.1):
         with pytest.raises(ValueError, match=r"subword_dropout must be in \[0, 1\)"):
             DataConfig(subword_dropout=dropout)
+    with pytest.raises(ValueError, match=r"bidirectional_epochs must be >= 0 \(0: off\), got -1"):
+        DataConfig(bidirectional_epochs=-1)
+    with pytest.raises(ValueError, match="bidirectional_epochs=2 reads each pair both ways, for translation"):
+        DataConfig(dataset="treebank:train=t.mrg;validation=d.mrg;test=e.mrg", bidirectional_epochs=2)
+    assert DataConfig(dataset="multi30k", bidirectional_epochs=2).bidirectional_epochs == 2
     with pytest.raises(ValueError, match="unknown field"):
         DataConfig.from_dict({"batch_size": 3})
 

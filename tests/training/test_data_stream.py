@@ -59,25 +59,68 @@ def test_each_epoch_reads_every_pair_once_in_segments_and_in_another_order(corpu
     assert indices == sorted(indices) and len(set(indices)) == len(indices)
 
 
+def _restart_after(corpus, tokenizer, config, expected, cuts):
+    """Restarts the stream after each of `cuts` consumed elements of `expected` (the uninterrupted
+    stream's) and checks that it goes on with the same 3 batches at the same positions."""
+    positions = [position for position, _ in expected]
+    assert len(set(cuts)) == len(cuts) and max(cuts) + 3 <= len(expected)
+    for consumed in cuts:
+        position = DataPosition()
+        position.record(np.array(positions[consumed - 1], np.int64))
+        epoch, segment, batch = position.value()
+        restarted = training_stream(corpus, tokenizer, config, start_epoch=epoch, start_segment=segment,
+                                    start_batch=batch)
+        for (got_position, got), (want_position, want) in zip(_elements(restarted, 3), expected[consumed:]):
+            assert got_position == want_position
+            for got_tensor, want_tensor in zip(got, want):
+                np.testing.assert_array_equal(got_tensor, want_tensor)
+
+
 def test_a_restart_at_a_recorded_position_continues_the_stream_exactly(corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     expected = _elements(training_stream(corpus, tokenizer, CONFIG), until=(1, 3, 5))
     positions = [position for position, _ in expected]
     # Restart after: the first batch; the last batch of segment 1 (the next is segment 2's first); a batch
     # inside the short last segment; the last batch of epoch 0; a batch inside segment 3 of epoch 1.
-    cuts = [1, positions.index((0, 2, 0)), positions.index((0, 4, 1)) + 1, positions.index((1, 0, 0)),
-            positions.index((1, 3, 0)) + 2]
-    assert len(set(cuts)) == 5 and max(cuts) + 3 <= len(expected)
-    for consumed in cuts:
-        position = DataPosition()
-        position.record(np.array(positions[consumed - 1], np.int64))
-        epoch, segment, batch = position.value()
-        restarted = training_stream(corpus, tokenizer, CONFIG, start_epoch=epoch, start_segment=segment,
-                                    start_batch=batch)
-        for (got_position, got), (want_position, want) in zip(_elements(restarted, 3), expected[consumed:]):
-            assert got_position == want_position
-            for got_tensor, want_tensor in zip(got, want):
-                np.testing.assert_array_equal(got_tensor, want_tensor)
+    _restart_after(corpus, tokenizer, CONFIG, expected,
+                   [1, positions.index((0, 2, 0)), positions.index((0, 4, 1)) + 1, positions.index((1, 0, 0)),
+                    positions.index((1, 3, 0)) + 2])
+
+
+def _texts(tokenizer, ids):
+    """(B, L) ids -> the B texts, without padding and EOS."""
+    return [text.decode() for text in tokenizer.detokenize(tf.ragged.constant([list(row[row > 0][:-1])
+                                                                              for row in ids])).numpy()]
+
+
+# Segments of an odd number of pairs: a bidirectional epoch's segment 1 starts between a pair and its reverse.
+BOTH_WAYS = dataclasses.replace(CONFIG, bidirectional_epochs=1, segment_pairs=127)
+
+
+def test_bidirectional_epochs_hold_every_pair_both_ways_and_later_epochs_the_pairs_as_given(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    given = collections.Counter(corpus.pairs("train"))
+    epochs = {0: collections.Counter(), 1: collections.Counter()}
+    for (epoch, _, _), (source, _, target) in _elements(training_stream(corpus, tokenizer, BOTH_WAYS), until=(2, 0, 0)):
+        epochs[epoch].update(zip(_texts(tokenizer, source), _texts(tokenizer, target)))
+    assert epochs[0] == given + collections.Counter({(target, source): n for (source, target), n in given.items()})
+    assert epochs[1] == given
+    # Without the option, epoch 0 holds each pair once.
+    plain = _elements(training_stream(corpus, tokenizer, dataclasses.replace(BOTH_WAYS, bidirectional_epochs=0)),
+                      until=(1, 0, 0))
+    assert sum(len(source) for _, (source, _, _) in plain) == NUM_PAIRS
+
+
+def test_a_restart_inside_or_after_the_bidirectional_epochs_continues_the_stream_exactly(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    expected = _elements(training_stream(corpus, tokenizer, BOTH_WAYS), until=(1, 2, 3))
+    positions = [position for position, _ in expected]
+    assert max(segment for epoch, segment, _ in positions if epoch == 0) == 9  # 1,200 pairs in segments of 127
+    # Restart after: the first batch; segment 0 (segment 1 starts at the reverse of pair 63); a batch
+    # inside segment 5; the last of the bidirectional epoch; a batch of the epoch after it.
+    _restart_after(corpus, tokenizer, BOTH_WAYS, expected,
+                   [1, positions.index((0, 1, 0)), positions.index((0, 5, 1)) + 1, positions.index((1, 0, 0)),
+                    positions.index((1, 1, 0)) + 2])
 
 
 def test_subword_dropout_splits_the_streamed_pairs_anew(corpus_and_tokenizer):
