@@ -21,6 +21,7 @@ The rules, those of evalb.c with COLLINS.prm:
   gold tree has at most CUTOFF_LEN (40) words (counting punctuation) are `len40`.
 """
 import collections
+import copy
 import dataclasses
 from typing import Iterable, Optional
 
@@ -197,3 +198,55 @@ def evalb(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> E
         if error:
             result.errors.append((number, error))
     return result
+
+
+@dataclasses.dataclass
+class LabelCounts:
+    """One label's brackets over the sentences EVALB scores (errors left out), as EVALB counts them."""
+
+    gold: int = 0
+    test: int = 0
+    matched: int = 0
+
+    @property
+    def recall(self) -> float:
+        return 100.0 * self.matched / self.gold if self.gold else 0.0
+
+    @property
+    def precision(self) -> float:
+        return 100.0 * self.matched / self.test if self.test else 0.0
+
+    @property
+    def f1(self) -> float:
+        total = self.recall + self.precision
+        return 2.0 * self.recall * self.precision / total if total else 0.0
+
+
+def label_counts(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> dict[str, LabelCounts]:
+    """{label: its gold, test and matched brackets}, EVALB's brackets (labels cut, ADVP = PRT, the
+    deleted ones left out) of the sentences `evalb` scores; their sums are its totals."""
+    labels = collections.defaultdict(LabelCounts)
+    for gold, test in zip(gold_trees, test_trees):
+        counts, error, _ = score_sentence(gold, test)
+        if error or counts.skipped_sentences:
+            continue
+        gold_brackets, test_brackets = sentence_items(gold)[1], sentence_items(test)[1]
+        for (label, _, _), count in gold_brackets.items():
+            labels[label].gold += count
+        for (label, _, _), count in test_brackets.items():
+            labels[label].test += count
+        for (label, _, _), count in (gold_brackets & test_brackets).items():
+            labels[label].matched += count
+    return dict(labels)
+
+
+def with_tags_of(test: Tree, gold: Tree) -> Tree:
+    """A copy of `test` whose preterminals carry the tags of `gold`'s, word by word (the brackets kept):
+    what the test tree would score with every tag right. A tree of another number of words is
+    returned as it is."""
+    tree = copy.deepcopy(test)
+    preterminals, tags = list(tree.preterminals()), gold.tags()
+    if len(preterminals) == len(tags):
+        for preterminal, tag in zip(preterminals, tags):
+            preterminal.label = tag
+    return tree

@@ -72,3 +72,28 @@ def test_top_and_unlabeled_outer_brackets():
     assert score(f"(TOP {GOLD})", GOLD).f1 == 100.0
     result = score(f"( {GOLD})", f"( {GOLD})")
     assert result.all.gold_brackets == 6
+
+
+def test_label_counts_split_the_totals_by_label_over_the_scored_sentences():
+    from keras_transformer.parsing.evalb import label_counts
+    wrong_attachment = "(S (NP (DT The) (NN dog)) (VP (VBD barked)) (PP (IN at) (NP (DT the) (NN cat))) (. .))"
+    period_as_noun = "(S (NP (DT The) (NN dog)) (VP (VBD barked) (PP (IN at) (NP (DT the) (NN cat)))) (NN .))"
+    gold, test = [parse_tree(GOLD)] * 3, [parse_tree(wrong_attachment), parse_tree(period_as_noun), None]
+    labels = label_counts(gold, test)  # the second is a length error, the third skipped: neither counts
+    assert {label: (c.gold, c.test, c.matched) for label, c in labels.items()} == {
+        "S": (1, 1, 1), "NP": (2, 2, 2), "VP": (1, 1, 0), "PP": (1, 1, 1)}
+    assert (labels["VP"].recall, labels["VP"].f1, labels["NP"].f1) == (0.0, 0.0, 100.0)
+    totals = evalb(gold, test).all
+    assert sum(c.matched for c in labels.values()) == totals.matched_brackets == 4
+    assert sum(c.gold for c in labels.values()) == totals.gold_brackets == 5
+
+
+def test_with_tags_of_puts_the_gold_tags_on_the_words_and_keeps_the_brackets():
+    from keras_transformer.parsing.evalb import with_tags_of
+    period_as_noun = parse_tree("(S (NP (DT The) (NN dog)) (VP (VBD barked) (PP (IN at) (NP (DT the) (NN cat)))) "
+                                "(NN .))")
+    retagged = with_tags_of(period_as_noun, parse_tree(GOLD))
+    assert retagged.to_string() == GOLD and period_as_noun.tags()[-1] == "NN"  # a copy
+    assert evalb([parse_tree(GOLD)], [retagged]).f1 == 100.0
+    shorter = parse_tree("(S (NP (DT The) (NN dog)) (VP (VBD barked)))")
+    assert with_tags_of(shorter, parse_tree(GOLD)).to_string() == shorter.to_string()
