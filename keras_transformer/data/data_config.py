@@ -142,12 +142,12 @@ class DataConfig(JsonConfig):
         if self.num_parallel_calls == 0 or self.num_parallel_calls < -1:
             raise ValueError(f"DataConfig.num_parallel_calls must be positive or -1 (autotune), "
                              f"got {self.num_parallel_calls}")
-
         if self.bidirectional_epochs < 0:
             raise ValueError(f"DataConfig.bidirectional_epochs must be >= 0 (0: off), got {self.bidirectional_epochs}")
         if self.bidirectional_epochs and self.dataset.startswith("treebank:"):
             raise ValueError(f"DataConfig.bidirectional_epochs={self.bidirectional_epochs} reads each pair both ways, "
-                             f"for translation; a treebank's trees ({self.dataset!r}) are not sentences to parse")
+                             f"for translation; a treebank's pairs ({self.dataset!r}) are a sentence and its tree, "
+                             f"which do not read the other way")
 
     def tokenizer_settings(self, corpus_name: str, user_defined_symbols=()) -> TokenizerSettings:
         return TokenizerSettings(vocab_size=self.vocab_size, sample_size=self.tokenizer_sample_size,
