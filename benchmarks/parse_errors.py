@@ -60,7 +60,7 @@ def main(argv=None):
     if len(parsed) != len(gold):
         sys.exit(f"{args.parsed}: {len(parsed)} trees, but {args.gold} has {len(gold)}")
     retagged = [test if test is None else with_tags_of(test, tree) for test, tree in zip(parsed, gold)]
-    labels = sorted(label_counts(gold, parsed).items(), key=lambda item: -item[1].gold)[:args.labels]
+    labels = sorted(label_counts(gold, parsed).items(), key=lambda item: -item[1].gold_brackets)[:args.labels]
     lengths = {}
     for low, high in LENGTH_BINS:
         chosen = [i for i, tree in enumerate(gold)
@@ -69,8 +69,9 @@ def main(argv=None):
         lengths[f"{low}-{high}" if high else f">{low - 1}"] = figures(counts)
     emit(task="parse_errors", gold=str(args.gold), parsed=str(args.parsed),
          as_parsed=figures(evalb(gold, parsed).all), gold_tags=figures(evalb(gold, retagged).all),
-         labels={label: {"gold": c.gold, "test": c.test, "matched": c.matched, "recall": round(c.recall, 2),
-                         "precision": round(c.precision, 2), "f1": round(c.f1, 2)} for label, c in labels},
+         labels={label: {"gold": c.gold_brackets, "test": c.test_brackets, "matched": c.matched_brackets,
+                         "recall": round(c.recall, 2), "precision": round(c.precision, 2), "f1": round(c.f1, 2)}
+                 for label, c in labels},
          lengths=lengths)
 
 

@@ -200,43 +200,21 @@ def evalb(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> E
     return result
 
 
-@dataclasses.dataclass
-class LabelCounts:
-    """One label's brackets over the sentences EVALB scores (errors left out), as EVALB counts them."""
-
-    gold: int = 0
-    test: int = 0
-    matched: int = 0
-
-    @property
-    def recall(self) -> float:
-        return 100.0 * self.matched / self.gold if self.gold else 0.0
-
-    @property
-    def precision(self) -> float:
-        return 100.0 * self.matched / self.test if self.test else 0.0
-
-    @property
-    def f1(self) -> float:
-        total = self.recall + self.precision
-        return 2.0 * self.recall * self.precision / total if total else 0.0
-
-
-def label_counts(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> dict[str, LabelCounts]:
-    """{label: its gold, test and matched brackets}, EVALB's brackets (labels cut, ADVP = PRT, the
+def label_counts(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> dict[str, BracketCounts]:
+    """{label: BracketCounts of its gold, test and matched brackets only}, EVALB's brackets (labels cut, ADVP = PRT, the
     deleted ones left out) of the sentences `evalb` scores; their sums are its totals."""
-    labels = collections.defaultdict(LabelCounts)
+    labels = collections.defaultdict(BracketCounts)
     for gold, test in zip(gold_trees, test_trees):
         counts, error, _ = score_sentence(gold, test)
         if error or counts.skipped_sentences:
             continue
         gold_brackets, test_brackets = sentence_items(gold)[1], sentence_items(test)[1]
         for (label, _, _), count in gold_brackets.items():
-            labels[label].gold += count
+            labels[label].gold_brackets += count
         for (label, _, _), count in test_brackets.items():
-            labels[label].test += count
+            labels[label].test_brackets += count
         for (label, _, _), count in (gold_brackets & test_brackets).items():
-            labels[label].matched += count
+            labels[label].matched_brackets += count
     return dict(labels)
 
 

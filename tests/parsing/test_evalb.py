@@ -80,12 +80,12 @@ def test_label_counts_split_the_totals_by_label_over_the_scored_sentences():
     period_as_noun = "(S (NP (DT The) (NN dog)) (VP (VBD barked) (PP (IN at) (NP (DT the) (NN cat)))) (NN .))"
     gold, test = [parse_tree(GOLD)] * 3, [parse_tree(wrong_attachment), parse_tree(period_as_noun), None]
     labels = label_counts(gold, test)  # the second is a length error, the third skipped: neither counts
-    assert {label: (c.gold, c.test, c.matched) for label, c in labels.items()} == {
+    assert {label: (c.gold_brackets, c.test_brackets, c.matched_brackets) for label, c in labels.items()} == {
         "S": (1, 1, 1), "NP": (2, 2, 2), "VP": (1, 1, 0), "PP": (1, 1, 1)}
     assert (labels["VP"].recall, labels["VP"].f1, labels["NP"].f1) == (0.0, 0.0, 100.0)
     totals = evalb(gold, test).all
-    assert sum(c.matched for c in labels.values()) == totals.matched_brackets == 4
-    assert sum(c.gold for c in labels.values()) == totals.gold_brackets == 5
+    assert sum(c.matched_brackets for c in labels.values()) == totals.matched_brackets == 4
+    assert sum(c.gold_brackets for c in labels.values()) == totals.gold_brackets == 5
 
 
 def test_with_tags_of_puts_the_gold_tags_on_the_words_and_keeps_the_brackets():
