@@ -18,6 +18,8 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 NUM_SPECIAL_TOKENS = 4
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+# TransformerConfig.span_loss: the span parser's loss on its spans.
+SPAN_LOSSES = ("local", "hinge")
 
 # The largest length-penalty exponent decoding takes: the GNMT penalty ((5 + length) / 6) ** alpha
 # stays finite in float32 at every length a preset allows (about 1e23 at 1,324 tokens), where at
@@ -141,6 +143,16 @@ class TransformerConfig(JsonConfig):
         (2018) replace a training word by UNK with probability 1 / (1 + its count); with
         SentencePiece pieces the rate here is the same for every word. Only a span parser takes
         another value.
+      span_loss: the span parser's (parsing.span_model) loss on its spans: "local" (the default),
+        the cross-entropy of every span's label on its own, as Teng and Zhang (2018) train theirs;
+        or "hinge", the tree-level margin loss of Kitaev and Klein (2018) and Stern et al. (2017):
+        per sentence, max(0, max over trees T of [s(T) + Hamming(T, gold)] - s(gold)), where s(T)
+        sums its labelled spans' scores (each a label's logit minus the no-constituent logit) and
+        the Hamming loss counts the spans whose label (no constituent included) differs from the
+        gold tree's; the maximizing tree comes from the CKY the parser decodes with, run on the
+        logits plus 1 for every wrong label. The tags keep their cross-entropy either way; parsing
+        reads the same scores (CKY compares logit differences, which a softmax leaves as they are).
+        Only a span parser takes another value.
     """
 
     vocab_size: int = 37000
@@ -168,6 +180,7 @@ class TransformerConfig(JsonConfig):
     span_tag_loss_weight: float = 1.0
     span_char_filters: int = 0
     span_word_unk_rate: float = 0.0
+    span_loss: str = "local"
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -204,6 +217,8 @@ class TransformerConfig(JsonConfig):
         filters = self.span_char_filters
         _require(isinstance(filters, int) and not isinstance(filters, bool) and filters >= 0,
                  f"TransformerConfig.span_char_filters must be an integer >= 0 (0: off); got {filters!r}")
+        _require(self.span_loss in SPAN_LOSSES,
+                 f"TransformerConfig.span_loss must be one of {SPAN_LOSSES}; got {self.span_loss!r}")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

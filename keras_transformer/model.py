@@ -270,6 +270,9 @@ class Transformer(TokenLossModel):
         if c.span_word_unk_rate:
             raise ValueError(f"span_word_unk_rate={c.span_word_unk_rate} reads a span parser's training words as UNK; "
                              "the Transformer's word dropout is word_dropout_rate: leave it at 0")
+        if c.span_loss != "local":
+            raise ValueError(f"span_loss={c.span_loss!r} is a span parser's loss on its spans; the Transformer has "
+                             "none: leave it at 'local'")
         if c.tie_embeddings:
             shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
             self._add_encoder_side(shared)

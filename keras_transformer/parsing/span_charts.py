@@ -52,12 +52,20 @@ def best_tree_labels(span_log_probs, lengths, constituent_bias=0.0):
     k < lengths - 1, 0 elsewhere); lca label ids, the innermost of those spans' labels.
     """
     log_probs = tf.cast(span_log_probs, tf.float32)
-    lengths = tf.cast(lengths, tf.int32)
-    size = tf.shape(log_probs)[1]
-    batch = tf.shape(log_probs)[0]
-    index = tf.range(size)
     label_scores = tf.reduce_max(log_probs[..., 1:], axis=-1) - log_probs[..., 0] + constituent_bias
     best_label = tf.argmax(log_probs[..., 1:], axis=-1, output_type=tf.int32) + 1
+    return best_tree_of_label_scores(label_scores, best_label, lengths)
+
+
+def best_tree_of_label_scores(label_scores, best_label, lengths):
+    """best_tree_labels from each span's best label (B, N + 1, N + 1) int32 (1 .. L - 1) and its
+    score (B, N + 1, N + 1) float32 against no constituent (a tree's score is the sum of its
+    labelled spans'); lengths (B,) int32. Returns as best_tree_labels."""
+    label_scores = tf.cast(label_scores, tf.float32)
+    lengths = tf.cast(lengths, tf.int32)
+    size = tf.shape(label_scores)[1]
+    batch = tf.shape(label_scores)[0]
+    index = tf.range(size)
     # The whole sentence of two or more words always takes its best label.
     whole = ((index[None, :, None] == 0) & (index[None, None, :] == lengths[:, None, None])
              & (lengths[:, None, None] > 1))  # (B, N + 1, N + 1)

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import SPAN_LOSSES, TransformerConfig
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.layers.dropout import dropout_mask, replica_seed
 from keras_transformer.layers.embedding import TokenEmbedding
@@ -36,7 +36,7 @@ from keras_transformer.layers.encoder import LayerNormalization
 from keras_transformer.model import TokenLossModel
 from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK
 from keras_transformer.parsing.parser import _WORD_MARK, DEPTH, TAG, piece_classes, word_start_pieces
-from keras_transformer.parsing.span_charts import gold_span_labels
+from keras_transformer.parsing.span_charts import best_tree_of_label_scores, gold_span_labels
 from keras_transformer.training.training_model import StreamTraining
 
 
@@ -372,7 +372,7 @@ class SpanParserModel(TokenLossModel):
     def default_loss(self):
         if self.targets is None:
             raise ValueError("a SpanParserModel without SpanTargets has no loss to train with")
-        return SpanParserLoss(self.targets, tag_weight=self.config.span_tag_loss_weight)
+        return SpanParserLoss(self.targets, tag_weight=self.config.span_tag_loss_weight, span_loss=self.config.span_loss)
 
     def build_compiled(self):
         """Nothing: the loss is not Keras' compiled loss (Keras would build it from a symbolic call)."""
@@ -408,13 +408,47 @@ def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags, tag_weight=
 def span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags, tag_weight=1.0):
     """(the summed cross-entropy of span_parser_loss, the words it is over) as float32 scalars."""
     span_mask = gold_spans >= 0
-    tag_mask = gold_tags >= 0
     span_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
         tf.boolean_mask(gold_spans, span_mask), tf.cast(tf.boolean_mask(span_logits, span_mask), tf.float32))
+    tag_total, words = tag_loss_sum(tag_logits, gold_tags)
+    return tf.reduce_sum(span_losses) + tag_weight * tag_total, words
+
+
+def tag_loss_sum(tag_logits, gold_tags):
+    """(the summed cross-entropy of the tags, the words it is over) as float32 scalars; tag_logits
+    (B, N, T), gold_tags (B, N) tag ids, -1 past the sentence."""
+    tag_mask = gold_tags >= 0
     tag_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
         tf.boolean_mask(gold_tags, tag_mask), tf.cast(tf.boolean_mask(tag_logits, tag_mask), tf.float32))
-    return (tf.reduce_sum(span_losses) + tag_weight * tf.reduce_sum(tag_losses),
-            tf.reduce_sum(tf.cast(tag_mask, tf.float32)))
+    return tf.reduce_sum(tag_losses), tf.reduce_sum(tf.cast(tag_mask, tf.float32))
+
+
+def span_hinge_loss_sum(span_logits, positions, gold_spans, lengths, batch, size):
+    """The summed tree-level margin loss of TransformerConfig.span_loss="hinge" (Kitaev and Klein,
+    2018), float32: over the sentences b with lengths[b] > 0, max(0, max over trees T of
+    [s(T) + Hamming(T, gold)] - s(gold)). s(T) sums the logits of T's label at every span (no
+    constituent, label 0, where T has none); the Hamming loss counts the spans whose label differs
+    from the gold one. Both decompose over spans, so the maximizing tree is the CKY's of
+    best_tree_of_label_scores on the logits plus 1 at every wrong label.
+
+    span_logits (K, L) and positions (K, 3), SpanParserModel's; gold_spans (K,) the gold label id of
+    each span, -1 for a span of a sentence left out (its length 0); lengths (B,) int32; batch: B;
+    size: N + 1, the side of the sentences' charts that positions index.
+    """
+    logits = tf.cast(span_logits, tf.float32)
+    gold = tf.maximum(gold_spans, 0)
+    augmented = logits + 1.0 - tf.one_hot(gold, tf.shape(logits)[1], dtype=tf.float32)  # (K, L)
+    chart_shape = tf.stack([batch, size, size])
+    label_scores = tf.scatter_nd(positions, tf.reduce_max(augmented[:, 1:], axis=-1) - augmented[:, 0], chart_shape)
+    best_label = tf.scatter_nd(positions, tf.argmax(augmented[:, 1:], axis=-1, output_type=tf.int32) + 1,
+                               chart_shape)
+    unaries, counts, lcas = best_tree_of_label_scores(tf.stop_gradient(label_scores), best_label, lengths)
+    predicted = tf.gather_nd(gold_span_labels(counts, lcas, unaries, lengths), positions)  # (K,), -1 left out
+    margins = (tf.gather(augmented, tf.maximum(predicted, 0), batch_dims=1)
+               - tf.gather(logits, gold, batch_dims=1))  # (K,)
+    kept = (gold_spans >= 0) & (predicted >= 0)
+    per_sentence = tf.math.unsorted_segment_sum(tf.where(kept, margins, 0.0), positions[:, 0], batch)
+    return tf.reduce_sum(tf.where(lengths > 0, tf.maximum(per_sentence, 0.0), 0.0))
 
 
 def _fit_columns(values, width, default):
@@ -430,11 +464,14 @@ class SpanParserLoss(keras.losses.Loss):
     divides by the words of the global batch (`sum_and_count`, as LabelSmoothedCrossEntropy's for
     tokens). A sentence whose target has another number of words than its source's word starts
     (which only a SentencePiece model that drops a whole word could cause) is left out of the loss.
-    tag_weight: the tags' weight (TransformerConfig.span_tag_loss_weight)."""
+    tag_weight: the tags' weight (TransformerConfig.span_tag_loss_weight); span_loss: "local", the
+    spans' cross-entropy, or "hinge", span_hinge_loss_sum in its place (TransformerConfig.span_loss)."""
 
-    def __init__(self, targets: SpanTargets, tag_weight=1.0, name="span_parser_loss", **kwargs):
+    def __init__(self, targets: SpanTargets, tag_weight=1.0, span_loss="local", name="span_parser_loss", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.targets, self.tag_weight = targets, float(tag_weight)
+        if span_loss not in SPAN_LOSSES:
+            raise ValueError(f"span_loss must be one of {SPAN_LOSSES}; got {span_loss!r}")
+        self.targets, self.tag_weight, self.span_loss = targets, float(tag_weight), span_loss
 
     def real_tokens(self, y_true, dtype=tf.float32):
         """(B, T) 1 at the tag tokens of y_true: the loss is per word."""
@@ -447,9 +484,14 @@ class SpanParserLoss(keras.losses.Loss):
         agree = tf.equal(lengths, word_counts)[:, None]  # (B, 1)
         tags = tf.where(agree, _fit_columns(tags, width, -1), -1)
         unaries, counts, lcas = (_fit_columns(values, width, 0) for values in (unaries, counts, lcas))
-        spans = gold_span_labels(counts, lcas, unaries, tf.where(agree[:, 0], lengths, 0))
-        total, words = span_parser_loss_sum(span_logits, tag_logits, tf.gather_nd(spans, positions), tags,
-                                            self.tag_weight)
+        lengths = tf.where(agree[:, 0], lengths, 0)
+        gold_spans = tf.gather_nd(gold_span_labels(counts, lcas, unaries, lengths), positions)
+        if self.span_loss == "local":
+            total, words = span_parser_loss_sum(span_logits, tag_logits, gold_spans, tags, self.tag_weight)
+            return total, words, total
+        tag_total, words = tag_loss_sum(tag_logits, tags)
+        total = self.tag_weight * tag_total + span_hinge_loss_sum(span_logits, positions, gold_spans, lengths,
+                                                                  tf.shape(tag_logits)[0], width + 1)
         return total, words, total
 
     def call(self, y_true, y_pred):
