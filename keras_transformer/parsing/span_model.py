@@ -399,7 +399,8 @@ def span_parser_loss(span_logits, tag_logits, gold_spans, gold_tags, tag_weight=
     (B, N + 1, N + 1, L); gold_spans (...): the label id of each, 0 for no constituent, -1 for one to
     skip (no span, or one of a sentence whose gold tree could not be read); tag_logits (B, N, T);
     gold_tags (B, N): tag ids, -1 past the sentence. Each span is classified on its own (a local
-    model, as Teng and Zhang, 2018, train theirs), not through the tree (Kitaev and Klein's hinge loss).
+    model, as Teng and Zhang, 2018, train theirs), not through the tree (Kitaev and Klein's hinge loss:
+    span_hinge_loss_sum, TransformerConfig.span_loss="hinge").
     """
     total, words = span_parser_loss_sum(span_logits, tag_logits, gold_spans, gold_tags, tag_weight)
     return total / tf.maximum(words, 1.0)
