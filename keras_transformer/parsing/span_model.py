@@ -372,7 +372,8 @@ class SpanParserModel(TokenLossModel):
     def default_loss(self):
         if self.targets is None:
             raise ValueError("a SpanParserModel without SpanTargets has no loss to train with")
-        return SpanParserLoss(self.targets, tag_weight=self.config.span_tag_loss_weight, span_loss=self.config.span_loss)
+        return SpanParserLoss(self.targets, tag_weight=self.config.span_tag_loss_weight,
+                              span_loss=self.config.span_loss)
 
     def build_compiled(self):
         """Nothing: the loss is not Keras' compiled loss (Keras would build it from a symbolic call)."""
