@@ -21,8 +21,8 @@ from tests.trained_tiny import once_per_session
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 README = REPOSITORY / "README.md"
-TRAIN_STEPS = 300
-CHECKPOINT_EVERY_STEPS = 50  # the tiny preset averages the last 3: steps 200, 250 and 300
+TRAIN_STEPS = 200
+CHECKPOINT_EVERY_STEPS = 25  # the tiny preset averages the last 3: steps 150, 175 and 200
 PROFILE_STEPS = 2  # RunConfig.profile_steps: a user's run with the profiler on prints nothing alarming either
 
 
