@@ -221,10 +221,11 @@ def test_train_parser_by_word_then_parse_its_saved_model(tmp_path, core_op_names
     from keras_transformer.parsing.toy_treebank import write_toy_treebank
     from tests.pipelines.test_train_parser import SENTENCES, run_module, train_command
 
-    paths = write_toy_treebank(tmp_path / "toy", sizes={"train": 300, "dev": 12, "test": 12})
+    # 4 dev and test trees: an untrained parser's answers run to the length limit, and each costs.
+    paths = write_toy_treebank(tmp_path / "toy", sizes={"train": 300, "dev": 4, "test": 4})
     stdout, _ = run_module("pipelines.train_parser", *train_command(paths, tmp_path / "run", tmp_path / "exported", 20),
                            "--linearization", "depth")
-    assert re.search(r"^test \(20 steps.* 12 sentences, \d+ errors, 0 skipped; 0 answers needed repair$", stdout,
+    assert re.search(r"^test \(20 steps.* 4 sentences, \d+ errors, 0 skipped; 0 answers needed repair$", stdout,
                      flags=re.M), stdout
     assert "linearization=depth" in json.loads((tmp_path / "run" / "data_config.json").read_text())["dataset"]
     listed = list_ops(tmp_path / "exported" / "1", core_op_names)

@@ -5,8 +5,10 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import tensorflow as tf
@@ -14,6 +16,7 @@ import tensorflow as tf
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
 from pipelines import toy_treebank as toy_treebank_command
 from pipelines import parse, train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
@@ -103,13 +106,26 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names):  #
 def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path,
                                                                                    core_op_names):  # noqa: F811
     """model.span_char_filters through the job, with model.span_word_unk_rate: trained, its character
-    layers (and the unknown words' random state) in the checkpoints (resumed from them) and in the
-    SavedModel (core ops and SentencePiece's only), which parses as the run directory does."""
+    layers (and the unknown words' random state) in the checkpoints (stopped by SIGTERM after the first
+    one, then resumed from the checkpoint it saved) and in the SavedModel (core ops and SentencePiece's
+    only), which parses as the run directory does."""
     workdir, export_dir = tmp_path / "run", tmp_path / "exported"
     flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2", "--parser", "span"]
-    run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, None, 20), *flags)  # no export
-    stdout, stderr = run_module("pipelines.train_parser", *train_command(toy_treebank, workdir, export_dir, 30), *flags)
-    assert "training from step 20" in stderr, stderr[-2000:]
+    command = [sys.executable, "-m", "pipelines.train_parser",
+               *map(str, train_command(toy_treebank, workdir, export_dir, 30)), *flags]
+    with open(tmp_path / "stopped.log", "w") as log:
+        process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
+    deadline = time.monotonic() + 900  # a guard against a hung job, not a measure of speed
+    while tf.train.get_checkpoint_state(str(checkpoint_directory(workdir))) is None:
+        assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "stopped.log").read_text()[-3000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=900) == 143, (tmp_path / "stopped.log").read_text()[-3000:]
+    stopped = checkpoint_step(tf.train.latest_checkpoint(str(checkpoint_directory(workdir))))
+    assert 10 <= stopped < 30 and not export_dir.exists()
+    stdout, stderr = run_module(*command[2:])
+    assert f"training from step {stopped}," in stderr, stderr[-2000:]
     assert re.search(r"^dev \(30 steps, .*CKY\): EVALB \(COLLINS.prm\) F1 \d+\.\d\d .* 12 sentences, \d+ errors, "
                      r"0 skipped; 0 answers needed repair$", stdout, flags=re.M), stdout
     assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
