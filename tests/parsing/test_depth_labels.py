@@ -215,11 +215,11 @@ def test_a_depth_parser_with_a_tag_dictionary_obeys_it_under_unary_chains(untrai
 
 
 @pytest.mark.slow
-def test_train_parser_by_word_then_parse_its_saved_model(tmp_path, core_op_names):  # noqa: F811
+def test_train_parser_by_word_then_parse_its_saved_model(tmp_path, core_op_names, capsys):  # noqa: F811
     """pipelines.train_parser --linearization depth on the toy treebank: it scores, exports a
     SavedModel of core and SentencePiece ops only, and pipelines.parse answers trees with it."""
     from keras_transformer.parsing.toy_treebank import write_toy_treebank
-    from tests.pipelines.test_train_parser import SENTENCES, run_module, train_command
+    from tests.pipelines.test_train_parser import SENTENCES, parse_here, run_module, train_command
 
     # 4 dev and test trees: an untrained parser's answers run to the length limit, and each costs.
     paths = write_toy_treebank(tmp_path / "toy", sizes={"train": 300, "dev": 4, "test": 4})
@@ -234,9 +234,9 @@ def test_train_parser_by_word_then_parse_its_saved_model(tmp_path, core_op_names
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("".join(line + "\n" for line in SENTENCES))
-    _, stderr = run_module("pipelines.parse", "--model", tmp_path / "exported" / "1", "--input", sentences,
-                           "--output", tmp_path / "trees.txt")
-    assert "0 of 4 answers needed repair" in stderr
+    stderr = parse_here(capsys, "--model", tmp_path / "exported" / "1", "--input", sentences,
+                        "--output", tmp_path / "trees.txt")
+    assert "0 of 4 answers needed repair" in stderr, stderr[-2000:]
     for sentence, line in zip(SENTENCES, (tmp_path / "trees.txt").read_text().splitlines(), strict=True):
         assert (parse_tree(line).words() if sentence else line.split()) == (
             sentence.replace("(", "-LRB-").replace(")", "-RRB-").split())

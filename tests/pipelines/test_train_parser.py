@@ -47,7 +47,15 @@ def train_command(paths, workdir, export_dir, steps):
             "--workdir", workdir, *export, "--train-steps", steps, "--checkpoint-every-steps", 10, "--verbose", 0]
 
 
-def parse_with_run_and_saved_model(workdir, saved_model, tmp_path):
+def parse_here(capsys, *args):
+    """pipelines.parse in this process, which saves a Python and TensorFlow start-up (the README's
+    parse command runs in its own, tests/test_readme_commands.py): what it printed on stderr."""
+    capsys.readouterr()
+    parse.main([str(arg) for arg in args])
+    return capsys.readouterr().err
+
+
+def parse_with_run_and_saved_model(workdir, saved_model, tmp_path, capsys):
     """pipelines.parse of SENTENCES with the run directory and with the SavedModel (the latest
     version under it, or that version): the same trees, each over its sentence's words; their files."""
     sentences = tmp_path / "sentences.txt"
@@ -55,8 +63,8 @@ def parse_with_run_and_saved_model(workdir, saved_model, tmp_path):
     outputs = {}
     for name, model in (("run", workdir), ("saved_model", saved_model)):
         outputs[name] = tmp_path / f"trees-{name}.txt"
-        _, stderr = run_module("pipelines.parse", "--model", model, "--input", sentences, "--output", outputs[name])
-        assert "0 of 4 answers needed repair" in stderr
+        stderr = parse_here(capsys, "--model", model, "--input", sentences, "--output", outputs[name])
+        assert "0 of 4 answers needed repair" in stderr, stderr[-2000:]
         lines = outputs[name].read_text().splitlines()
         assert lines[1] == "" and len(lines) == 4
         for sentence, line in zip(SENTENCES, lines):
@@ -67,7 +75,7 @@ def parse_with_run_and_saved_model(workdir, saved_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names):  # noqa: F811
+def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names, capsys):  # noqa: F811
     workdir, export_dir, stdout = (readme_parser_run.workdir, readme_parser_run.saved_model.parent,
                                    readme_parser_run.stdout["pipelines.train_parser"])
     treebank = readme_parser_run.directory / "data" / "toy-treebank"
@@ -89,7 +97,7 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names):  #
     assert not set(registered) & PYTHON_OPS and "While" in registered
     assert listed["without_cpu_kernel"] == [] and listed["float_types"] == ["DT_FLOAT"]
 
-    outputs = parse_with_run_and_saved_model(workdir, export_dir, tmp_path)
+    outputs = parse_with_run_and_saved_model(workdir, export_dir, tmp_path, capsys)
     # The tag dictionary the job wrote from the train trees: both parsed with it.
     dictionary = read_tag_dictionary(workdir)
     assert dictionary.words["the"] == ("DT",) and dictionary.words["."] == (".",)
@@ -103,7 +111,7 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names):  #
 
 
 @pytest.mark.slow
-def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path,
+def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path, capsys,
                                                                                    core_op_names):  # noqa: F811
     """model.span_char_filters through the job, with model.span_word_unk_rate: trained, its character
     layers (and the unknown words' random state) in the checkpoints (stopped by SIGTERM after the first
@@ -143,7 +151,7 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     assert {op for op, in_core in registered.items() if not in_core} <= SENTENCEPIECE_OPS
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
 
-    parse_with_run_and_saved_model(workdir, saved_model, tmp_path)
+    parse_with_run_and_saved_model(workdir, saved_model, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("text, line, what", [
