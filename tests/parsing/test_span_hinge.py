@@ -70,6 +70,26 @@ def test_the_hinge_loss_is_the_margin_of_the_best_tree_with_the_hamming_loss_add
         np.testing.assert_allclose(float(_hinge(logits, gold, alone)), expected[row], rtol=1e-5, atol=1e-6)
 
 
+def test_a_sentence_left_out_with_its_spans_in_the_chart_adds_nothing_and_gets_no_gradient():
+    """A sentence whose target could not be read keeps its spans in the model's chart (their positions
+    come from its source's words, 4 here) but has length 0 and gold label -1 (SpanParserLoss): the
+    loss is the other sentences' and its spans' logits get no gradient."""
+    lengths = [6, 1, 0, 3]
+    logits, gold = _random_trees(lengths, seed=4)  # the third sentence's gold: -1 everywhere
+    positions = span_positions(tf.constant([6, 1, 4, 3]), logits.shape[1])
+    span_logits = tf.Variable(tf.gather_nd(tf.constant(logits, tf.float32), positions))
+    gold_spans = tf.gather_nd(gold, positions)
+    left_out = positions.numpy()[:, 0] == 2
+    assert left_out.sum() == 4 * 5 // 2 and (gold_spans.numpy()[left_out] == -1).all()
+    with tf.GradientTape() as tape:
+        loss = span_hinge_loss_sum(span_logits, positions, gold_spans, tf.constant(lengths), 4, logits.shape[1])
+    expected = _expected_hinge(logits, gold, lengths)
+    assert sum(loss > 0 for loss in expected) >= 2
+    np.testing.assert_allclose(float(loss), sum(expected), rtol=1e-5)
+    gradient = tape.gradient(loss, span_logits).numpy()
+    assert not gradient[left_out].any() and gradient[~left_out].any()
+
+
 def test_gold_ahead_by_the_margin_costs_nothing_and_the_gradient_moves_wrong_labels_down():
     lengths = [5, 4]
     _, gold = _random_trees(lengths, seed=1)
