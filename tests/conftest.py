@@ -10,8 +10,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # One intra-op and one inter-op thread in each test process and in the jobs they start (subprocesses
-# inherit them): pytest.ini runs two test processes on the two cores, and two threads each made them
-# contend. A 1024 x 1024 matrix product took 13% more CPU time on 2 intra-op threads than on 1; the
+# inherit them): pytest.ini runs several test processes on the two cores, and two threads each made
+# them contend. A 1024 x 1024 matrix product took 13% more CPU time on 2 intra-op threads than on 1; the
 # whole suite took 1,743 CPU seconds with 2 inter-op threads and 1,618 with 1 (Zen 4, 2026-12-06).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
