@@ -4,7 +4,7 @@ run); SIGTERM saves and exits with 143; a NaN loss stops the run without saving 
 
 The subprocess tests run `python -m pipelines.train_wmt` (tiny preset, dropout on, so the saved dropout
 state matters) on a small local corpus: 2,000 training pairs (about 10 batches an epoch, so a
-checkpoint at step 20 is in the middle of an epoch and a restart must skip batches), 10 validation
+checkpoint at step 15 is in the middle of an epoch and a restart must skip batches), 10 validation
 and 10 test pairs to keep the evaluation and test translation short, and --no-export (the export is
 tested by tests/training/test_pipeline.py and tests/test_export.py).
 """
@@ -30,8 +30,8 @@ from keras_transformer.training.training_model import TrainingTransformer
 from tests.numbers_files import write_numbers_spec
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
-TRAIN_STEPS = 60
-CHECKPOINT_EVERY = 20
+TRAIN_STEPS = 30
+CHECKPOINT_EVERY = 15
 # A guard against a hung subprocess, not a measure of speed.
 DEADLINE_SECONDS = 900
 
@@ -105,7 +105,7 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     both runs use the same CPU kernels with the same thread layout, so every step computes the same
     float32 numbers in the same order (no TF_DETERMINISTIC_OPS needed here). A repeated or skipped
     batch, other dropout masks or another learning rate would move the weights by about Adam's step,
-    the learning rate (3e-4 to 9e-4 over steps 20 to 60), so any tolerance would only make room for
+    the learning rate (2e-4 to 5e-4 over steps 15 to 30), so any tolerance would only make room for
     such losses.
     """
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
