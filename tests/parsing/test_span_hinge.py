@@ -84,7 +84,7 @@ def test_a_sentence_left_out_with_its_spans_in_the_chart_adds_nothing_and_gets_n
     with tf.GradientTape() as tape:
         loss = span_hinge_loss_sum(span_logits, positions, gold_spans, tf.constant(lengths), 4, logits.shape[1])
     expected = _expected_hinge(logits, gold, lengths)
-    assert sum(loss > 0 for loss in expected) >= 2
+    assert sum(share > 0 for share in expected) >= 2
     np.testing.assert_allclose(float(loss), sum(expected), rtol=1e-5)
     gradient = tape.gradient(loss, span_logits).numpy()
     assert not gradient[left_out].any() and gradient[~left_out].any()
