@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import tensorflow as tf
@@ -16,12 +15,12 @@ import tensorflow as tf
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
-from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
 from pipelines import toy_treebank as toy_treebank_command
 from pipelines import parse, train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
 from tests.op_lists import PYTHON_OPS, SENTENCEPIECE_OPS, core_op_names, list_ops  # noqa: F401
 from tests.test_export import answer_warmup_requests
+from tests.training.test_resume import _listed_steps, _start, _wait_for_first_checkpoint
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 SENTENCES = ["the dog saw a cat .", "", "Anna laughed ( quietly ) .", "hello"]
@@ -117,20 +116,15 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     layers (and the unknown words' random state) in the checkpoints (stopped by SIGTERM after the first
     one, then resumed from the checkpoint it saved) and in the SavedModel (core ops and SentencePiece's
     only), which parses as the run directory does."""
-    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
+    workdir, export_dir = tmp_path / "workdir", tmp_path / "exported"  # the layout test_resume's helpers read
     flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2", "--parser", "span"]
     command = [sys.executable, "-m", "pipelines.train_parser",
                *map(str, train_command(toy_treebank, workdir, export_dir, 30)), *flags]
-    with open(tmp_path / "stopped.log", "w") as log:
-        process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
-    deadline = time.monotonic() + 900  # a guard against a hung job, not a measure of speed
-    while tf.train.get_checkpoint_state(str(checkpoint_directory(workdir))) is None:
-        assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "stopped.log").read_text()[-3000:]
-        time.sleep(0.05)
+    process = _start(command, tmp_path / "stopped.log")
+    _wait_for_first_checkpoint(process, tmp_path, tmp_path / "stopped.log")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=900) == 143, (tmp_path / "stopped.log").read_text()[-3000:]
-    stopped = checkpoint_step(tf.train.latest_checkpoint(str(checkpoint_directory(workdir))))
+    stopped = _listed_steps(tmp_path)[-1]
     assert 10 <= stopped < 30 and not export_dir.exists()
     stdout, stderr = run_module(*command[2:])
     assert f"training from step {stopped}," in stderr, stderr[-2000:]
