@@ -116,15 +116,15 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     layers (and the unknown words' random state) in the checkpoints (stopped by SIGTERM after the first
     one, then resumed from the checkpoint it saved) and in the SavedModel (core ops and SentencePiece's
     only), which parses as the run directory does."""
-    workdir, export_dir = tmp_path / "workdir", tmp_path / "exported"  # the layout test_resume's helpers read
+    workdir, export_dir = tmp_path / "run", tmp_path / "exported"
     flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2", "--parser", "span"]
     command = [sys.executable, "-m", "pipelines.train_parser",
                *map(str, train_command(toy_treebank, workdir, export_dir, 30)), *flags]
     process = _start(command, tmp_path / "stopped.log")
-    _wait_for_first_checkpoint(process, tmp_path, tmp_path / "stopped.log")
+    _wait_for_first_checkpoint(process, workdir, tmp_path / "stopped.log")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=900) == 143, (tmp_path / "stopped.log").read_text()[-3000:]
-    stopped = _listed_steps(tmp_path)[-1]
+    stopped = _listed_steps(workdir)[-1]
     assert 10 <= stopped < 30 and not export_dir.exists()
     stdout, stderr = run_module(*command[2:])
     assert f"training from step {stopped}," in stderr, stderr[-2000:]

@@ -33,11 +33,12 @@ import tensorflow as tf
 from keras_transformer.data import DataConfig, NumbersCorpus, SubwordTokenizer
 from keras_transformer.data.tokenizer import TokenizerSettings, train_sentencepiece
 from keras_transformer.training import summaries
-from keras_transformer.training.checkpointing import checkpoint_directory, checkpoint_step
+from keras_transformer.training.checkpointing import checkpoint_directory
 from keras_transformer.training.data_stream import training_stream
 from keras_transformer.training.distribution import ClusterConfigError, gather_from_workers, read_tf_config
 from tests.readme_run import REPOSITORY, readme_commands
 from tests.training.test_distribution import ATOL, RTOL
+from tests.training.test_resume import _listed_steps
 from tests.training.test_resume import corpus_spec  # noqa: F401  (fixture: 2,000 / 10 / 10 numbers pairs)
 
 STEPS = 8
@@ -111,11 +112,6 @@ def _run_workers(directory, corpus, extra_flags=()):
 
 def _checkpoint(workdir, step):
     return tf.train.load_checkpoint(str(checkpoint_directory(workdir) / f"ckpt-{step}"))
-
-
-def _listed_steps(workdir):
-    state = tf.train.get_checkpoint_state(str(checkpoint_directory(workdir)))
-    return [] if state is None else [checkpoint_step(path) for path in state.all_model_checkpoint_paths]
 
 
 def _assert_same_checkpoint(got_workdir, expected_workdir, step):

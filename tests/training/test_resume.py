@@ -68,15 +68,15 @@ def _run_to_the_end(command, log_path):
     return output
 
 
-def _listed_steps(run_directory):
+def _listed_steps(workdir):
     """The steps of the checkpoints listed in workdir/checkpoints/checkpoint (written atomically)."""
-    state = tf.train.get_checkpoint_state(str(checkpoint_directory(run_directory / "workdir")))
+    state = tf.train.get_checkpoint_state(str(checkpoint_directory(workdir)))
     return [] if state is None else [checkpoint_step(path) for path in state.all_model_checkpoint_paths]
 
 
-def _wait_for_first_checkpoint(process, run_directory, log_path):
+def _wait_for_first_checkpoint(process, workdir, log_path):
     deadline = time.monotonic() + DEADLINE_SECONDS
-    while not _listed_steps(run_directory):
+    while not _listed_steps(workdir):
         if process.poll() is not None:
             pytest.fail(f"the run exited ({process.returncode}) before its first checkpoint:\n"
                         f"{log_path.read_text()[-4000:]}")
@@ -84,7 +84,7 @@ def _wait_for_first_checkpoint(process, run_directory, log_path):
             process.kill()
             pytest.fail("no checkpoint was listed before the deadline")
         time.sleep(0.02)
-    return _listed_steps(run_directory)[0]
+    return _listed_steps(workdir)[0]
 
 
 def _checkpoint(run_directory, step):
@@ -119,11 +119,11 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     _assert_exported_in_float32(reference, reference_output)
 
     process = _start(_command(corpus_spec, interrupted, precision=precision), tmp_path / "killed.log")
-    first = _wait_for_first_checkpoint(process, interrupted, tmp_path / "killed.log")
+    first = _wait_for_first_checkpoint(process, interrupted / "workdir", tmp_path / "killed.log")
     process.kill()
     process.wait(timeout=DEADLINE_SECONDS)
     assert first == CHECKPOINT_EVERY
-    saved = _listed_steps(interrupted)[-1]
+    saved = _listed_steps(interrupted / "workdir")[-1]
     assert saved < TRAIN_STEPS, "the kill came after the run had finished training; nothing to resume"
     epoch, batch = (int(_checkpoint(interrupted, saved).get_tensor(f"data_position/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
                     for name in ("epoch", "batch"))
@@ -134,7 +134,7 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     # One Keras epoch of the remaining steps: the run went on from `saved`, not from 0.
     remaining = TRAIN_STEPS - saved
     assert re.search(rf"^{remaining}/{remaining} - ", resumed_output, re.MULTILINE), resumed_output[-4000:]
-    assert _listed_steps(interrupted)[-1] == _listed_steps(reference)[-1] == TRAIN_STEPS
+    assert _listed_steps(interrupted / "workdir")[-1] == _listed_steps(reference / "workdir")[-1] == TRAIN_STEPS
     assert "SavedModel" not in resumed_output  # --no-export
     assert sorted(path.name for path in interrupted.iterdir()) == ["workdir"]
     # The progress line's loss is the mean over the last log_every_steps steps (TrainingMonitor).
@@ -191,13 +191,13 @@ def test_sigterm_saves_and_exits_with_143(corpus_spec, tmp_path):
     the first), exit code 143, and a message saying how to resume."""
     train_steps = 1000  # far more than the run reaches before SIGTERM stops it
     process = _start(_command(corpus_spec, tmp_path, train_steps), tmp_path / "run.log")
-    first = _wait_for_first_checkpoint(process, tmp_path, tmp_path / "run.log")
+    first = _wait_for_first_checkpoint(process, tmp_path / "workdir", tmp_path / "run.log")
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=DEADLINE_SECONDS)
     output = (tmp_path / "run.log").read_text()
     assert process.returncode == 143, output[-4000:]
 
-    stopped = _listed_steps(tmp_path)[-1]
+    stopped = _listed_steps(tmp_path / "workdir")[-1]
     assert first <= stopped < train_steps
     reader = _checkpoint(tmp_path, stopped)
     assert int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")) == stopped
