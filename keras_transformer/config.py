@@ -155,6 +155,14 @@ class TransformerConfig(JsonConfig):
         Only a span parser takes another value.
     """
 
+    # For a model_config.json written before these fields existed: the values that build the model
+    # those runs built (each field's default, which has never changed), so that such a run resumes
+    # (RunConfigs.check_resumable). A field added later goes here too (tests/test_config.py).
+    LEGACY_VALUES = {"word_dropout_rate": 0.0, "layer_drop_rate": 0.0, "decoder_layers": None,
+                     "aligned_decoder": False, "aligned_next": False, "rdrop_alpha": 0.0,
+                     "span_tag_loss_weight": 1.0, "span_char_filters": 0, "span_word_unk_rate": 0.0,
+                     "span_loss": "local"}
+
     vocab_size: int = 37000
     num_layers: int = 6
     d_model: int = 512

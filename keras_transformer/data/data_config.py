@@ -100,8 +100,10 @@ class DataConfig(JsonConfig):
     bidirectional_epochs: int = 0
 
     # For a data_config.json written before these fields existed: the values that read the data as
-    # those runs did (RunConfigs.check_resumable).
-    LEGACY_VALUES = {"stream_regions": 1, "subword_dropout_target": True}
+    # those runs did (RunConfigs.check_resumable). Not segment_pairs: the stream before it had no
+    # segments, which no value reproduces, so such a run cannot resume.
+    LEGACY_VALUES = {"stream_regions": 1, "subword_dropout_target": True, "subword_dropout": 0.0,
+                     "lowercase": False, "bidirectional_epochs": 0}
     # Fields a resumed run may change: they shape the batches, not which pairs they hold or in what
     # order, so the data position means the same (RunConfigs.check_resumable).
     RESUMABLE_CHANGES = frozenset({"separate_padding"})

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from keras_transformer.config import TrainConfig
+from keras_transformer.config import TrainConfig, TransformerConfig
 from keras_transformer.training.run import fit_segments
 from keras_transformer.training.run_config import (RunConfig, RunConfigs, apply_overrides, micro_batch_budget,
                                                    preset_configs, with_micro_batch_budget)
@@ -130,6 +130,38 @@ def test_a_workdir_from_before_a_data_field_resumes_only_as_it_read_the_data(tmp
     with pytest.raises(ValueError, match=r"data_config.json differs .*stream_regions: 1 in the workdir, 8 now"):
         configs.check_resumable(tmp_path)
     apply_overrides(configs, ["data.stream_regions=1"]).check_resumable(tmp_path)
+
+
+# The model's fields in the first release (commit 76f00a1): a field added since must say in
+# TransformerConfig.LEGACY_VALUES how a model_config.json written before it reads.
+FIRST_MODEL_FIELDS = {"vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v", "dropout_rate",
+                      "label_smoothing", "max_length", "layer_norm_epsilon", "positional", "norm_first",
+                      "tie_embeddings", "attention_dropout_rate", "relu_dropout_rate"}
+
+
+def test_every_model_field_added_since_the_first_release_has_a_legacy_value_that_is_its_default():
+    defaults = {field.name: field.default for field in dataclasses.fields(TransformerConfig)}
+    assert set(defaults) - FIRST_MODEL_FIELDS == set(TransformerConfig.LEGACY_VALUES)
+    assert all(defaults[name] == value for name, value in TransformerConfig.LEGACY_VALUES.items())
+
+
+def test_a_workdir_from_before_the_later_model_and_data_fields_resumes_with_them_off(tmp_path):
+    """A run made before span_loss, rdrop_alpha, lowercase, bidirectional_epochs and the rest existed
+    (its model_config.json and data_config.json without them) resumes with each of them at its default,
+    which does what the code did then; turning one on is refused, named."""
+    configs = preset_configs("tiny", "numbers")
+    configs.write(tmp_path)
+    for filename, names in (("model_config.json", TransformerConfig.LEGACY_VALUES),
+                            ("data_config.json", ("subword_dropout", "lowercase", "bidirectional_epochs"))):
+        saved = json.loads((tmp_path / filename).read_text())
+        for name in names:
+            del saved[name]
+        (tmp_path / filename).write_text(json.dumps(saved))
+    configs.check_resumable(tmp_path)
+    with pytest.raises(ValueError, match=r"model_config.json differs .*layer_drop_rate: 0.0 in the workdir, 0.1 now"):
+        apply_overrides(configs, ["model.layer_drop_rate=0.1"]).check_resumable(tmp_path)
+    with pytest.raises(ValueError, match=r"data_config.json differs .*bidirectional_epochs: 0 in the workdir, 2 now"):
+        apply_overrides(configs, ["data.bidirectional_epochs=2"]).check_resumable(tmp_path)
 
 
 def test_a_workdir_from_before_source_only_subword_dropout_resumes_with_it_on_both_sides(tmp_path):
