@@ -67,6 +67,21 @@ def best_of(fn, runs=3, warmup=1):
             "own_cpu_seconds": round(cpu, 2), "others_cpu_seconds": round(others, 2)}
 
 
+def run_main(main):
+    """A training benchmark's main(), as `sys.exit(run_main(main))`: a run stopped by SIGTERM, which
+    saved a checkpoint (TrainingInterrupted), ends with its message and exit code 143, as the
+    pipelines do, instead of a traceback; the same command resumes it."""
+    try:
+        return main()
+    except Exception as error:
+        from keras_transformer.training.checkpointing import TrainingInterrupted  # loaded by the training
+
+        if not isinstance(error, TrainingInterrupted):
+            raise
+        print(error, file=sys.stderr, flush=True)
+        return 143
+
+
 def emit(**record):
     print(json.dumps(record), flush=True)
 

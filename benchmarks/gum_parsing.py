@@ -38,7 +38,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: E402
+from benchmarks.common import emit, log, log_the_job, run_main, setup_tensorflow  # noqa: E402
 
 CHOSEN_WEIGHTS = "chosen.weights.h5"
 CONSTITUENT_BIASES = (0.0, 0.5, 1.0, 1.5, 2.0)  # tried with --parser span (spans.best_spans)
@@ -253,4 +253,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -48,7 +48,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import emit, log, log_the_job, setup_tensorflow  # noqa: E402
+from benchmarks.common import emit, log, log_the_job, run_main, setup_tensorflow  # noqa: E402
 
 
 def parse_args():
@@ -335,4 +335,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))
