@@ -157,7 +157,7 @@ class TransformerConfig(JsonConfig):
 
     # For a model_config.json written before these fields existed: the values that build the model
     # those runs built (each field's default, which has never changed), so that such a run resumes
-    # (RunConfigs.check_resumable). A field added later goes here too (tests/test_config.py).
+    # (RunConfigs.check_resumable). A field added later goes here too (tests/training/test_run_config.py).
     LEGACY_VALUES = {"word_dropout_rate": 0.0, "layer_drop_rate": 0.0, "decoder_layers": None,
                      "aligned_decoder": False, "aligned_next": False, "rdrop_alpha": 0.0,
                      "span_tag_loss_weight": 1.0, "span_char_filters": 0, "span_word_unk_rate": 0.0,
