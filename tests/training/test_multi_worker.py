@@ -38,7 +38,7 @@ from keras_transformer.training.data_stream import training_stream
 from keras_transformer.training.distribution import ClusterConfigError, gather_from_workers, read_tf_config
 from tests.readme_run import REPOSITORY, readme_commands
 from tests.training.test_distribution import ATOL, RTOL
-from tests.training.test_resume import _listed_steps
+from tests.training.test_resume import _checkpoint, _listed_steps
 from tests.training.test_resume import corpus_spec  # noqa: F401  (fixture: 2,000 / 10 / 10 numbers pairs)
 
 STEPS = 8
@@ -108,10 +108,6 @@ def _check_exits(processes, directory):
 
 def _run_workers(directory, corpus, extra_flags=()):
     return _check_exits(_start_workers(directory, corpus, extra_flags), directory)
-
-
-def _checkpoint(workdir, step):
-    return tf.train.load_checkpoint(str(checkpoint_directory(workdir) / f"ckpt-{step}"))
 
 
 def _assert_same_checkpoint(got_workdir, expected_workdir, step):

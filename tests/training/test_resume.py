@@ -87,8 +87,8 @@ def _wait_for_first_checkpoint(process, workdir, log_path):
     return _listed_steps(workdir)[0]
 
 
-def _checkpoint(run_directory, step):
-    return tf.train.load_checkpoint(str(checkpoint_directory(run_directory / "workdir") / f"ckpt-{step}"))
+def _checkpoint(workdir, step):
+    return tf.train.load_checkpoint(str(checkpoint_directory(workdir) / f"ckpt-{step}"))
 
 
 @pytest.mark.slow
@@ -125,7 +125,8 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     assert first == CHECKPOINT_EVERY
     saved = _listed_steps(interrupted / "workdir")[-1]
     assert saved < TRAIN_STEPS, "the kill came after the run had finished training; nothing to resume"
-    epoch, batch = (int(_checkpoint(interrupted, saved).get_tensor(f"data_position/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+    reader = _checkpoint(interrupted / "workdir", saved)
+    epoch, batch = (int(reader.get_tensor(f"data_position/{name}/.ATTRIBUTES/VARIABLE_VALUE"))
                     for name in ("epoch", "batch"))
     assert batch > 0, f"checkpoint at a data epoch's start ({epoch}, {batch}): the test would not cover skipping"
 
@@ -146,7 +147,7 @@ def test_killed_run_resumes_and_ends_with_the_uninterrupted_weights(corpus_spec,
     for got, expected in zip(got_weights, expected_weights):
         np.testing.assert_array_equal(got, expected)
     # Everything else too: Adam's moments, the step, the data position and the dropout seed states.
-    expected, got = _checkpoint(reference, TRAIN_STEPS), _checkpoint(interrupted, TRAIN_STEPS)
+    expected, got = _checkpoint(reference / "workdir", TRAIN_STEPS), _checkpoint(interrupted / "workdir", TRAIN_STEPS)
     names = set(expected.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert names == set(got.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert any(name.startswith("dropout_rng/") for name in names)
@@ -199,7 +200,7 @@ def test_sigterm_saves_and_exits_with_143(corpus_spec, tmp_path):
 
     stopped = _listed_steps(tmp_path / "workdir")[-1]
     assert first <= stopped < train_steps
-    reader = _checkpoint(tmp_path, stopped)
+    reader = _checkpoint(tmp_path / "workdir", stopped)
     assert int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")) == stopped
     assert re.search(rf"SIGTERM: saved \S*ckpt-{stopped} at step {stopped}; run the same command again to resume",
                      output), output[-4000:]
