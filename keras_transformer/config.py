@@ -153,6 +153,16 @@ class TransformerConfig(JsonConfig):
         logits plus 1 for every wrong label. The tags keep their cross-entropy either way; parsing
         reads the same scores (CKY compares logit differences, which a softmax leaves as they are).
         Only a span parser takes another value.
+      span_partitioned: the span parser's encoder factored into content and position, as Kitaev
+        and Klein (ACL 2018) factor theirs: False (the default, the paper's encoder) or True. Its
+        input is the pieces' embeddings (with the character features) in the first d_model / 2
+        and the positional encoding in the other half, side by side instead of added; every
+        layer's attention and feed-forward network treat the two halves with their own weights
+        (block-diagonal kernels, layers.attention.MultiHeadAttention's partitions), so position
+        mixes with content only through the attention weights, each head's dot products summing
+        those of its content and position shares (d_k / 2 each). Half the multiply-adds of the
+        encoder's projections and FFNs at the same d_model. d_model, d_ff, d_k and d_v must be
+        even. Only a span parser takes another value.
     """
 
     # For a model_config.json written before these fields existed: the values that build the model
@@ -161,7 +171,7 @@ class TransformerConfig(JsonConfig):
     LEGACY_VALUES = {"word_dropout_rate": 0.0, "layer_drop_rate": 0.0, "decoder_layers": None,
                      "aligned_decoder": False, "aligned_next": False, "rdrop_alpha": 0.0,
                      "span_tag_loss_weight": 1.0, "span_char_filters": 0, "span_word_unk_rate": 0.0,
-                     "span_loss": "local"}
+                     "span_loss": "local", "span_partitioned": False}
 
     vocab_size: int = 37000
     num_layers: int = 6
@@ -189,6 +199,7 @@ class TransformerConfig(JsonConfig):
     span_char_filters: int = 0
     span_word_unk_rate: float = 0.0
     span_loss: str = "local"
+    span_partitioned: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
@@ -227,6 +238,13 @@ class TransformerConfig(JsonConfig):
                  f"TransformerConfig.span_char_filters must be an integer >= 0 (0: off); got {filters!r}")
         _require(self.span_loss in SPAN_LOSSES,
                  f"TransformerConfig.span_loss must be one of {SPAN_LOSSES}; got {self.span_loss!r}")
+        _require(isinstance(self.span_partitioned, bool),
+                 f"TransformerConfig.span_partitioned must be True or False; got {self.span_partitioned!r}")
+        if self.span_partitioned:
+            odd = {name: getattr(self, name) for name in ("d_model", "d_ff", "key_dim", "value_dim")
+                   if getattr(self, name) % 2}
+            _require(not odd, f"TransformerConfig.span_partitioned halves d_model, d_ff, d_k and d_v: they must be "
+                              f"even; got {odd}")
         _require(self.aligned_decoder or not self.aligned_next,
                  "TransformerConfig.aligned_next reads the source piece after the aligned one: it needs "
                  "aligned_decoder=True")

@@ -71,12 +71,14 @@ class TokenLossModel(keras.Model):
         self.source_dropout = Dropout(c.dropout_rate, name="source_dropout")
         self.source_word_dropout = word_dropout(c, "source_word_dropout")
         self.encoder = Encoder(num_layers=c.num_layers, layer_drop_rate=c.layer_drop_rate, **stack_arguments(c),
-                               name="encoder")
+                               partitions=2 if c.span_partitioned else 1, name="encoder")
 
     def encode(self, source_ids, training=False, source_additions=None):
         """source_ids (B, S) -> memory (B, S, D) and source_padding_mask (B, S). source_additions:
         None, or (B, S, D) vectors added to the pieces' embeddings (a span parser's character
-        features), before word dropout and the positional encoding."""
+        features), before word dropout and the positional encoding. With
+        TransformerConfig.span_partitioned the embeddings and additions are D / 2 wide, and the
+        positional encoding (D / 2) goes beside them instead of onto them."""
         source_ids = tf.cast(source_ids, tf.int32)
         source_padding_mask = masking.padding_mask(source_ids)
         x = self.source_embedding(source_ids)
@@ -84,7 +86,11 @@ class TokenLossModel(keras.Model):
             x = x + tf.cast(source_additions, x.dtype)
         if self.source_word_dropout is not None:
             x = self.source_word_dropout(x, training=training)
-        x = self.source_dropout(self.source_positional(x), training=training)
+        if self.config.span_partitioned:
+            x = tf.concat([x, self.source_positional(tf.zeros_like(x))], axis=-1)  # (B, S, D): content, position
+        else:
+            x = self.source_positional(x)
+        x = self.source_dropout(x, training=training)
         memory = self.encoder(x, attention_mask=masking.encoder_attention_mask(source_padding_mask),
                               training=training)
         return memory, source_padding_mask
@@ -273,6 +279,9 @@ class Transformer(TokenLossModel):
         if c.span_loss != "local":
             raise ValueError(f"span_loss={c.span_loss!r} is a span parser's loss on its spans; the Transformer has "
                              "none: leave it at 'local'")
+        if c.span_partitioned:
+            raise ValueError("span_partitioned=True factors a span parser's encoder into content and position; the "
+                             "Transformer's is the paper's: leave it False")
         if c.tie_embeddings:
             shared = TokenEmbedding(c.vocab_size, c.d_model, name="shared_embedding")
             self._add_encoder_side(shared)

@@ -1,5 +1,6 @@
 """Multi-head attention (section 3.2), with a key/value cache for incremental decoding."""
 import keras
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # whether a function is traced for XLA
 
@@ -23,6 +24,35 @@ def dense(x, kernel, bias, transposed_kernel=None):
         y = tf.transpose(tf.matmul(transposed_kernel, flat, transpose_b=True))  # (D_out, N) -> (N, D_out)
     y = y + tf.cast(bias, x.dtype)
     return tf.reshape(y, tf.concat([shape[:-1], [kernel.shape[1]]], axis=0))
+
+
+def block_glorot_uniform(shape, dtype=None):
+    """Glorot-uniform blocks: each (..., D_in, D_out) matrix of a stack of them (the partitions of
+    a partitioned layer's kernel, whose leading axis counts them) drawn with its own fans, as a
+    kernel of that shape alone would be (Keras' GlorotUniform would count the leading axis in
+    both fans)."""
+    blocks = int(np.prod(shape[:-2]))
+    # An initializer per block: one unseeded initializer draws the same numbers at every call.
+    drawn = [keras.initializers.GlorotUniform()(tuple(shape[-2:]), dtype=dtype) for _ in range(blocks)]
+    return keras.ops.reshape(keras.ops.stack(drawn), shape)
+
+
+def check_partitions(name, partitions, d_model):
+    """Raises unless d_model (an input's width) is `partitions` equal parts."""
+    if d_model % partitions:
+        raise ValueError(f"{name}: partitions={partitions} cuts d_model={d_model} in equal parts: it must divide it")
+
+
+def partitioned_dense(x, kernel, bias):
+    """x (..., P * D_in) cut into P equal parts along its last axis, part p times kernel[p]
+    (D_in, D_out), the P results side by side, plus bias (P * D_out,): (..., P * D_out). A
+    block-diagonal kernel's product in P smaller ones, 1 / P of the full kernel's work."""
+    shape = tf.shape(x)
+    parts, d_in, d_out = kernel.shape
+    flat = tf.reshape(x, (-1, parts * d_in))  # (N, P * D_in)
+    products = [tf.matmul(part, tf.cast(kernel[p], x.dtype)) for p, part in enumerate(tf.split(flat, parts, axis=-1))]
+    y = tf.concat(products, axis=-1) + tf.cast(bias, x.dtype)  # (N, P * D_out)
+    return tf.reshape(y, tf.concat([shape[:-1], [parts * d_out]], axis=0))
 
 
 def transposed(kernels, dtype):
@@ -114,12 +144,21 @@ class MultiHeadAttention(keras.layers.Layer):
     one fused kernel; encoder-decoder attention (`cross_attention=True`) projects Q from the decoder
     and K, V from the encoder output (`memory`), whose width must equal the query's (d_model).
 
+    Partitioned (`partitions` P > 1, self-attention only, not in the paper): Kitaev and Klein's
+    (ACL 2018) factored attention. The input's D is P equal parts (theirs: content, then position),
+    each projected by its own kernels to its share of every head's query, key and value (K / P and
+    V / P wide); a head's query is its P shares side by side, so its dot products are the sum of
+    the parts', and its weights mix the parts; the context's part p goes through its own output
+    kernel to part p of the output. Block-diagonal projections: 1 / P of the multiply-adds.
+
     Args:
       num_heads: h.
       key_dim: d_k, the width of each head's queries and keys.
       value_dim: d_v, the width of each head's values.
       attention_dropout_rate: dropout on the attention weights (not in the paper; default 0).
       cross_attention: whether keys and values come from a separate `memory`.
+      partitions: P, 1 (the paper) or the parts of a partitioned self-attention; D, K and V must
+        be multiples of P. Its kernels are (P, D / P, H (2K + V) / P) and (P, H V / P, D / P).
 
     Call arguments:
       query: (B, T, D).
@@ -132,19 +171,25 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, key_dim, value_dim, attention_dropout_rate=0.0, cross_attention=False,
-                 **kwargs):
+                 partitions=1, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
         self.attention_dropout_rate = attention_dropout_rate
         self.cross_attention = cross_attention
+        self.partitions = partitions
+        if partitions != 1 and (cross_attention or partitions < 1 or key_dim % partitions or value_dim % partitions):
+            raise ValueError(f"{self.name}: partitions={partitions} needs self-attention and d_k={key_dim} and "
+                             f"d_v={value_dim} divisible by it (cross_attention={cross_attention})")
         self.attention_dropout = Dropout(attention_dropout_rate, name="attention_dropout")
 
     def build(self, input_shape):
         d_model = input_shape[-1]
         h, k, v = self.num_heads, self.key_dim, self.value_dim
-        if self.cross_attention:
+        if self.partitions > 1:
+            self._build_partitioned(d_model)
+        elif self.cross_attention:
             self.query_kernel = self.add_weight(name="query_kernel", shape=(d_model, h * k))
             self.query_bias = self.add_weight(name="query_bias", shape=(h * k,), initializer="zeros")
             self.key_value_kernel = self.add_weight(name="key_value_kernel", shape=(d_model, h * (k + v)))
@@ -155,10 +200,42 @@ class MultiHeadAttention(keras.layers.Layer):
                                                           shape=(d_model, h * (2 * k + v)))
             self.query_key_value_bias = self.add_weight(name="query_key_value_bias", shape=(h * (2 * k + v),),
                                                         initializer="zeros")
-        self.output_kernel = self.add_weight(name="output_kernel", shape=(h * v, d_model))
+        if self.partitions == 1:
+            self.output_kernel = self.add_weight(name="output_kernel", shape=(h * v, d_model))
         self.output_bias = self.add_weight(name="output_bias", shape=(d_model,), initializer="zeros")
         self.attention_dropout.build(None)
         super().build(input_shape)
+
+    def _build_partitioned(self, d_model):
+        parts, h, k, v = self.partitions, self.num_heads, self.key_dim, self.value_dim
+        check_partitions(self.name, parts, d_model)
+        width = h * (2 * k + v) // parts
+        self.query_key_value_kernel = self.add_weight(name="query_key_value_kernel",
+                                                      shape=(parts, d_model // parts, width),
+                                                      initializer=block_glorot_uniform)
+        self.query_key_value_bias = self.add_weight(name="query_key_value_bias", shape=(parts * width,),
+                                                    initializer="zeros")
+        self.output_kernel = self.add_weight(name="output_kernel", shape=(parts, h * v // parts, d_model // parts),
+                                             initializer=block_glorot_uniform)
+
+    def _project_partitioned(self, x):
+        """Partitioned self-attention's queries, keys (B, H, T, K) and values (B, H, T, V): each
+        head's P shares side by side."""
+        parts, h = self.partitions, self.num_heads
+        k, v = self.key_dim // parts, self.value_dim // parts
+        qkv = partitioned_dense(x, self.query_key_value_kernel, self.query_key_value_bias)  # (B, T, H (2K + V))
+        queries, keys, values = [], [], []
+        for part in tf.split(qkv, parts, axis=-1):  # (B, T, H (2K + V) / P)
+            q, key, value = tf.split(part, [h * k, h * k, h * v], axis=-1)
+            queries.append(split_heads(q, h, k))  # (B, H, T, K / P)
+            keys.append(split_heads(key, h, k))
+            values.append(split_heads(value, h, v))  # (B, H, T, V / P)
+        return tf.concat(queries, axis=-1), tf.concat(keys, axis=-1), tf.concat(values, axis=-1)
+
+    def _output_partitioned(self, context):
+        """context (B, H, T, V) -> (B, T, D): part p of every head through output kernel p."""
+        merged = tf.concat([merge_heads(part) for part in tf.split(context, self.partitions, axis=-1)], axis=-1)
+        return partitioned_dense(merged, self.output_kernel, self.output_bias)
 
     def project_memory(self, memory):
         """Keys (B, H, S, K) and values (B, H, S, V) of the encoder output, computed once per sentence."""
@@ -178,11 +255,16 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError(f"{self.name}: cross-attention needs `memory` (the encoder output)")
             q = split_heads(dense(query, self.query_kernel, self.query_bias), self.num_heads, self.key_dim)
             key, value = self.project_memory(memory)
+        elif self.partitions > 1:
+            q, key, value = self._project_partitioned(query)
         else:
             q, key, value = self._project_self(query)
         bias = None if attention_mask is None else masking.mask_to_bias(attention_mask, query.dtype)
         context, weights = scaled_dot_product_attention(q, key, value, bias, self.attention_dropout, training)
-        output = dense(merge_heads(context), self.output_kernel, self.output_bias)
+        if self.partitions > 1:
+            output = self._output_partitioned(context)
+        else:
+            output = dense(merge_heads(context), self.output_kernel, self.output_bias)
         return (output, weights) if return_attention_scores else output
 
     def initial_cache(self, batch_size, cache_length, dtype, beam_size=1):
@@ -218,6 +300,8 @@ class MultiHeadAttention(keras.layers.Layer):
         passed in is consumed (write_slots). kernels: `transposed_kernels` (optional), the same
         output by another layout of the matrix products.
         """
+        if self.partitions > 1:
+            raise ValueError(f"{self.name}: a partitioned self-attention is an encoder's; it has no cached decoding")
         kernels = kernels or {}
         h, k, v = self.num_heads, self.key_dim, self.value_dim
         beam_size = dimension(cache["value"], 3)
@@ -266,4 +350,4 @@ class MultiHeadAttention(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
                 "value_dim": self.value_dim, "attention_dropout_rate": self.attention_dropout_rate,
-                "cross_attention": self.cross_attention}
+                "cross_attention": self.cross_attention, "partitions": self.partitions}

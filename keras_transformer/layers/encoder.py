@@ -80,12 +80,12 @@ class _LayerArgs:
     def _sublayer_connection(self, name):
         return SublayerConnection(self.dropout_rate, self.norm_first, self.layer_norm_epsilon, name=name)
 
-    def _attention(self, name, cross_attention=False):
+    def _attention(self, name, cross_attention=False, partitions=1):
         return MultiHeadAttention(self.num_heads, self.key_dim, self.value_dim, self.attention_dropout_rate,
-                                  cross_attention=cross_attention, name=name)
+                                  cross_attention=cross_attention, partitions=partitions, name=name)
 
-    def _feed_forward(self):
-        return PositionwiseFeedForward(self.d_ff, self.relu_dropout_rate, name="feed_forward")
+    def _feed_forward(self, partitions=1):
+        return PositionwiseFeedForward(self.d_ff, self.relu_dropout_rate, partitions=partitions, name="feed_forward")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -94,7 +94,11 @@ class EncoderLayer(_LayerArgs, keras.layers.Layer):
     connection with dropout and layer normalization (section 3.1).
 
     Args: num_heads (h), key_dim (d_k), value_dim (d_v), d_ff, dropout_rate (P_drop),
-      attention_dropout_rate, relu_dropout_rate, norm_first, layer_norm_epsilon (see TransformerConfig).
+      attention_dropout_rate, relu_dropout_rate, norm_first, layer_norm_epsilon (see TransformerConfig);
+      partitions: 1 (the paper), or P > 1 for Kitaev and Klein's factored layer: its self-attention
+      and feed-forward network partitioned (MultiHeadAttention, PositionwiseFeedForward), D read as
+      P equal parts (content and position) that mix only through the attention weights; the
+      residual connections and layer normalization are over all of D, as theirs.
 
     Call arguments:
       x: (B, S, D).
@@ -104,12 +108,13 @@ class EncoderLayer(_LayerArgs, keras.layers.Layer):
     """
 
     def __init__(self, num_heads, key_dim, value_dim, d_ff, dropout_rate=0.1, attention_dropout_rate=0.0,
-                 relu_dropout_rate=0.0, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
+                 relu_dropout_rate=0.0, norm_first=False, layer_norm_epsilon=1e-6, partitions=1, **kwargs):
         super().__init__(**kwargs)
         self._set_layer_args(num_heads, key_dim, value_dim, d_ff, dropout_rate, attention_dropout_rate,
                              relu_dropout_rate, norm_first, layer_norm_epsilon)
-        self.self_attention = self._attention("self_attention")
-        self.feed_forward = self._feed_forward()
+        self.partitions = partitions
+        self.self_attention = self._attention("self_attention", partitions=partitions)
+        self.feed_forward = self._feed_forward(partitions=partitions)
         self.self_attention_residual = self._sublayer_connection("self_attention_residual")
         self.feed_forward_residual = self._sublayer_connection("feed_forward_residual")
 
@@ -127,7 +132,7 @@ class EncoderLayer(_LayerArgs, keras.layers.Layer):
                                           training=training)
 
     def get_config(self):
-        return {**super().get_config(), **self._layer_args()}
+        return {**super().get_config(), **self._layer_args(), "partitions": self.partitions}
 
 
 class _Stack(_LayerArgs, keras.layers.Layer):
@@ -152,13 +157,16 @@ class _Stack(_LayerArgs, keras.layers.Layer):
         # One attribute per layer, not a list: tf.train.Checkpoint does not follow Keras 3's tracked
         # lists, so layers kept in a list would be missing from the training checkpoints.
         for i in range(num_layers):
-            setattr(self, f"layer_{i}", self.layer_class(**self._layer_args(), name=f"layer_{i}"))
+            setattr(self, f"layer_{i}", self._new_layer(f"layer_{i}"))
         self.final_norm = (LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm")
                            if norm_first else None)
         # Only with LayerDrop: a stack without it has no seed state in its checkpoints, and draws
         # no seed that the layers made after it would otherwise have drawn.
         self.layer_drop_seed_generator = (keras.random.SeedGenerator(name=f"{self.name}_layer_drop_seed_generator")
                                           if layer_drop_rate > 0 else None)
+
+    def _new_layer(self, name):
+        return self.layer_class(**self._layer_args(), name=name)
 
     @property
     def stack(self):
@@ -207,13 +215,23 @@ class _Stack(_LayerArgs, keras.layers.Layer):
 class Encoder(_Stack):
     """The encoder stack: N encoder layers (section 3.1), and a final LayerNorm when pre-norm.
 
-    Args: num_layers (N), and the EncoderLayer arguments.
+    Args: num_layers (N), layer_drop_rate, and the EncoderLayer arguments (partitions included).
     Call arguments: x (B, S, D), the embedded source; attention_mask (B, S) or (B, 1, S); training.
     Returns the memory (B, S, D) that the decoder attends to.
     """
 
     layer_class = EncoderLayer
 
+    def __init__(self, *args, partitions=1, **kwargs):
+        self.partitions = partitions  # before the stack makes its layers, which read it
+        super().__init__(*args, **kwargs)
+
+    def _new_layer(self, name):
+        return self.layer_class(**self._layer_args(), partitions=self.partitions, name=name)
+
     def call(self, x, attention_mask=None, training=None):
         return self._run_layers(x, lambda layer, y: layer(y, attention_mask=attention_mask, training=training),
                                 training)
+
+    def get_config(self):
+        return {**super().get_config(), "partitions": self.partitions}

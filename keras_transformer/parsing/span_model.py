@@ -232,7 +232,7 @@ class SpanParserModel(TokenLossModel):
             raise ValueError(f"a span parser splits word vectors in halves: d_model must be even, not {c.d_model}")
         if c.rdrop_alpha:
             raise ValueError("rdrop_alpha is for the seq2seq models; a span parser does not train with R-Drop")
-        self._add_encoder_side(TokenEmbedding(c.vocab_size, c.d_model, name="source_embedding"))
+        self._add_encoder_side(TokenEmbedding(c.vocab_size, self.content_width, name="source_embedding"))
         self.word_projection = keras.layers.Dense(c.d_model, name="word_projection")
         self.span_forward = keras.layers.Dense(span_hidden, use_bias=False, name="span_forward")
         self.span_backward = keras.layers.Dense(span_hidden, use_bias=False, name="span_backward")
@@ -262,12 +262,18 @@ class SpanParserModel(TokenLossModel):
             self.char_embedding = keras.layers.Embedding(CHAR_IDS, CHAR_EMBEDDING, name="char_embedding")
             self.char_convolution = keras.layers.Conv1D(c.span_char_filters, CHAR_WIDTH, padding="same",
                                                         activation="relu", name="char_convolution")
-            self.char_projection = keras.layers.Dense(c.d_model, name="char_projection")
+            self.char_projection = keras.layers.Dense(self.content_width, name="char_projection")
             chars = tf.constant([[[_WORD_BEGIN, _FIRST_CHAR, _WORD_END] + [0] * (WORD_CHARS - 1)]], tf.int32)
             self.character_features(ids, positions, positions, chars)
         if c.span_word_unk_rate:  # made last too: Keras draws its seed when it is made
             self.unk_seed_generator = keras.random.SeedGenerator(name="unk_seed_generator")
         super().build(input_shape)
+
+    @property
+    def content_width(self):
+        """The width of the pieces' embeddings and character features: d_model, or d_model / 2 with
+        TransformerConfig.span_partitioned (the other half is the position's)."""
+        return self.config.d_model // 2 if self.config.span_partitioned else self.config.d_model
 
     def word_vectors(self, source_ids, word_starts, word_ends, training=None, word_chars=None):
         """(B, S) piece ids and (B, N + 2) piece positions -> word vectors (B, N + 2, D). word_chars:
@@ -300,9 +306,10 @@ class SpanParserModel(TokenLossModel):
         return tf.where(replaced, tf.constant(UNK_ID, source_ids.dtype), source_ids)
 
     def character_features(self, source_ids, word_starts, word_ends, word_chars):
-        """(B, S, D): each piece's share of its word's character features (TransformerConfig.
-        span_char_filters): a projection of the max over the word's characters of a convolution of
-        their embeddings; 0 at BOS, EOS and padding. None for a model without character features."""
+        """(B, S, D), D / 2 with TransformerConfig.span_partitioned: each piece's share of its word's
+        character features (TransformerConfig.span_char_filters): a projection of the max over the
+        word's characters of a convolution of their embeddings; 0 at BOS, EOS and padding. None for
+        a model without character features."""
         if not self.config.span_char_filters:
             return None
         if word_chars is None:

@@ -112,12 +112,14 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names, cap
 @pytest.mark.slow
 def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path, capsys,
                                                                                    core_op_names):  # noqa: F811
-    """model.span_char_filters through the job, with model.span_word_unk_rate: trained, its character
-    layers (and the unknown words' random state) in the checkpoints (stopped by SIGTERM after the first
-    one, then resumed from the checkpoint it saved) and in the SavedModel (core ops and SentencePiece's
-    only), which parses as the run directory does."""
+    """model.span_char_filters through the job, with model.span_word_unk_rate and a partitioned encoder
+    (model.span_partitioned): trained, its character layers (and the unknown words' random state) in
+    the checkpoints (stopped by SIGTERM after the first one, then resumed from the checkpoint it
+    saved) and in the SavedModel (core ops and SentencePiece's only), which parses as the run
+    directory does."""
     workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2", "--parser", "span"]
+    flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2",
+             "--set", "model.span_partitioned=true", "--parser", "span"]
     command = [sys.executable, "-m", "pipelines.train_parser",
                *map(str, train_command(toy_treebank, workdir, export_dir, 30)), *flags]
     process = _start(command, tmp_path / "stopped.log")
@@ -134,6 +136,7 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     assert ";linearization=depth;parser=span" in (workdir / "data_config.json").read_text()
     model_config = json.loads((workdir / "model_config.json").read_text())
     assert model_config["span_char_filters"] == 16 and model_config["span_word_unk_rate"] == 0.2
+    assert model_config["span_partitioned"] is True
     saved_model = export_dir / "1"  # the resumed run's, the first export
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
     assert settings["parser"] == "span" and settings["signatures"] == ["serving_default", "score"]
