@@ -44,15 +44,13 @@ def check_partitions(name, partitions, d_model):
 
 
 def partitioned_dense(x, kernel, bias):
-    """x (..., P * D_in) cut into P equal parts along its last axis, part p times kernel[p]
-    (D_in, D_out), the P results side by side, plus bias (P * D_out,): (..., P * D_out). A
-    block-diagonal kernel's product in P smaller ones, 1 / P of the full kernel's work."""
-    shape = tf.shape(x)
-    parts, d_in, d_out = kernel.shape
-    flat = tf.reshape(x, (-1, parts * d_in))  # (N, P * D_in)
-    products = [tf.matmul(part, tf.cast(kernel[p], x.dtype)) for p, part in enumerate(tf.split(flat, parts, axis=-1))]
-    y = tf.concat(products, axis=-1) + tf.cast(bias, x.dtype)  # (N, P * D_out)
-    return tf.reshape(y, tf.concat([shape[:-1], [parts * d_out]], axis=0))
+    """x (..., P * D_in) cut into P equal parts along its last axis, `dense` of part p with kernel[p]
+    (D_in, D_out) and bias p of P equal parts of bias (P * D_out,), the P results side by side:
+    (..., P * D_out). A block-diagonal kernel's product in P smaller ones, 1 / P of the full
+    kernel's work."""
+    parts = kernel.shape[0]
+    pieces = zip(tf.split(x, parts, axis=-1), tf.split(bias, parts))
+    return tf.concat([dense(part, kernel[p], part_bias) for p, (part, part_bias) in enumerate(pieces)], axis=-1)
 
 
 def transposed(kernels, dtype):
