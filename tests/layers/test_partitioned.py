@@ -86,6 +86,59 @@ def test_partitioned_feed_forward_is_the_paper_s_with_block_kernels():
     np.testing.assert_array_equal(part(moved)[..., d:].numpy(), part(x)[..., d:].numpy())
 
 
+def test_partitioned_kernels_get_the_gradients_of_the_paper_s_blocks():
+    """The gradient of each block of a partitioned kernel is that block of the full, block-diagonal
+    kernel's gradient (partitioned_dense takes the blocks apart by Unpack, whose gradient stacks
+    theirs), for the feed-forward network's kernels and the self-attention's."""
+    x = tf.constant(np.random.default_rng(4).normal(size=(B, T, D)), tf.float32)
+    part = PositionwiseFeedForward(F, partitions=P, name="feed_forward")
+    full = PositionwiseFeedForward(F, name="feed_forward")
+    part(x)
+    full(x)
+    _randomize(part, 5)
+    inner, inner_bias, out, out_bias = (w.numpy() for w in part.weights)
+    full_inner, full_out = np.zeros((D, F), np.float32), np.zeros((F, D), np.float32)
+    d, f = D // P, F // P
+    for p in range(P):
+        full_inner[p * d:(p + 1) * d, p * f:(p + 1) * f] = inner[p]
+        full_out[p * f:(p + 1) * f, p * d:(p + 1) * d] = out[p]
+    full.set_weights([full_inner, inner_bias, full_out, out_bias])
+    target = tf.constant(np.random.default_rng(6).normal(size=(B, T, D)), tf.float32)
+
+    def gradients(layer):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x) * target)
+        return [g.numpy() for g in tape.gradient(loss, layer.trainable_weights)]
+
+    (part_inner, _, part_out, _), (grad_inner, _, grad_out, _) = gradients(part), gradients(full)
+    for p in range(P):
+        rows, columns = slice(p * d, (p + 1) * d), slice(p * f, (p + 1) * f)
+        np.testing.assert_allclose(part_inner[p], grad_inner[rows, columns], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(part_out[p], grad_out[columns, rows], rtol=1e-5, atol=1e-5)
+    assert np.abs(part_inner).max() > 1e-3 and np.abs(part_out).max() > 1e-3
+
+    attention = MultiHeadAttention(H, K, V, partitions=P, name="self_attention")
+    paper = MultiHeadAttention(H, K, V, name="self_attention")
+    attention(x)
+    paper(x)
+    _randomize(attention, 7)
+    paper.set_weights(_full_attention_weights(attention))
+    with tf.GradientTape(persistent=True) as tape:
+        part_loss = tf.reduce_sum(attention(x) * target)
+        full_loss = tf.reduce_sum(paper(x) * target)
+    part_grads = [g.numpy() for g in tape.gradient(part_loss, attention.trainable_weights)]
+    full_grads = [g.numpy() for g in tape.gradient(full_loss, paper.trainable_weights)]
+    # The full layer's gradients mapped onto the blocks as _full_attention_weights maps the weights:
+    # a layer whose weights are those gradients gives them back block by block.
+    probe = MultiHeadAttention(H, K, V, partitions=P, name="self_attention")
+    probe(x)
+    probe.set_weights(part_grads)
+    mapped = _full_attention_weights(probe)
+    for index in (0, 2):  # the query-key-value kernel and the output kernel, within their blocks
+        np.testing.assert_allclose(mapped[index], full_grads[index] * (mapped[index] != 0), rtol=1e-4, atol=1e-5)
+    assert np.abs(mapped[0]).max() > 1e-3 and np.abs(mapped[2]).max() > 1e-3
+
+
 def test_partitioned_layers_pass_the_layer_checks(tmp_path):
     inputs = {"query": np.random.normal(size=(B, T, D)).astype("float32"),
               "attention_mask": np.random.random((B, 1, T)) > 0.2}
