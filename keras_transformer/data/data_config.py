@@ -58,7 +58,9 @@ class DataConfig(JsonConfig):
       subword_dropout: BPE-dropout (Provilkov et al., 2020) on training batches, as SentencePiece
         implements it: each merge is skipped with this probability and not tried again at that
         place, so words are split anew at every epoch. A pair whose pieces then pass max_length is
-        dropped from that epoch only. 0 (the paper): off.
+        dropped from that epoch only. SentencePiece draws the splits from a generator TensorFlow
+        cannot seed, so two runs of one configuration (and a run and its resumption) train on
+        other splits and differ as runs with other seeds do. 0 (the paper): off.
       subword_dropout_target: BPE-dropout on the target sentences too (True, as Provilkov et al.
         do by default), or on the source sentences only (False; their source-only variant): the
         decoder then learns and outputs the one split of each word that evaluation and the
