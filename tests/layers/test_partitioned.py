@@ -42,6 +42,18 @@ def _full_attention_weights(part):
     return [kernel, bias, output, out_bias]
 
 
+def _full_feed_forward_weights(part):
+    """The weights of the paper's PositionwiseFeedForward (F) that compute what the partitioned one
+    `part` does: its blocks on the diagonals of the two kernels, zeros elsewhere."""
+    inner, inner_bias, out, out_bias = (w.numpy() for w in part.weights)
+    full_inner, full_out = np.zeros((D, F), np.float32), np.zeros((F, D), np.float32)
+    d, f = D // P, F // P
+    for p in range(P):
+        full_inner[p * d:(p + 1) * d, p * f:(p + 1) * f] = inner[p]
+        full_out[p * f:(p + 1) * f, p * d:(p + 1) * d] = out[p]
+    return [full_inner, inner_bias, full_out, out_bias]
+
+
 def test_partitioned_self_attention_is_the_paper_s_with_block_kernels():
     part = MultiHeadAttention(H, K, V, partitions=P, name="self_attention")
     full = MultiHeadAttention(H, K, V, name="self_attention")
@@ -74,14 +86,9 @@ def test_partitioned_feed_forward_is_the_paper_s_with_block_kernels():
     part(x)
     full(x)
     _randomize(part, 3)
-    inner, inner_bias, out, out_bias = (w.numpy() for w in part.weights)
-    full_inner, full_out = np.zeros((D, F), np.float32), np.zeros((F, D), np.float32)
-    d, f = D // P, F // P
-    for p in range(P):
-        full_inner[p * d:(p + 1) * d, p * f:(p + 1) * f] = inner[p]
-        full_out[p * f:(p + 1) * f, p * d:(p + 1) * d] = out[p]
-    full.set_weights([full_inner, inner_bias, full_out, out_bias])
+    full.set_weights(_full_feed_forward_weights(part))
     np.testing.assert_allclose(part(x).numpy(), full(x).numpy(), rtol=1e-5, atol=1e-5)
+    d = D // P
     moved = tf.concat([x[..., :d] + 1.0, x[..., d:]], axis=-1)
     np.testing.assert_array_equal(part(moved)[..., d:].numpy(), part(x)[..., d:].numpy())
 
@@ -96,13 +103,8 @@ def test_partitioned_kernels_get_the_gradients_of_the_paper_s_blocks():
     part(x)
     full(x)
     _randomize(part, 5)
-    inner, inner_bias, out, out_bias = (w.numpy() for w in part.weights)
-    full_inner, full_out = np.zeros((D, F), np.float32), np.zeros((F, D), np.float32)
+    full.set_weights(_full_feed_forward_weights(part))
     d, f = D // P, F // P
-    for p in range(P):
-        full_inner[p * d:(p + 1) * d, p * f:(p + 1) * f] = inner[p]
-        full_out[p * f:(p + 1) * f, p * d:(p + 1) * d] = out[p]
-    full.set_weights([full_inner, inner_bias, full_out, out_bias])
     target = tf.constant(np.random.default_rng(6).normal(size=(B, T, D)), tf.float32)
 
     def gradients(layer):
