@@ -98,13 +98,6 @@ def test_partitioned_kernels_get_the_gradients_of_the_paper_s_blocks():
     kernel's gradient (partitioned_dense takes the blocks apart by Unpack, whose gradient stacks
     theirs), for the feed-forward network's kernels and the self-attention's."""
     x = tf.constant(np.random.default_rng(4).normal(size=(B, T, D)), tf.float32)
-    part = PositionwiseFeedForward(F, partitions=P, name="feed_forward")
-    full = PositionwiseFeedForward(F, name="feed_forward")
-    part(x)
-    full(x)
-    _randomize(part, 5)
-    full.set_weights(_full_feed_forward_weights(part))
-    d, f = D // P, F // P
     target = tf.constant(np.random.default_rng(6).normal(size=(B, T, D)), tf.float32)
 
     def gradients(layer):
@@ -112,33 +105,25 @@ def test_partitioned_kernels_get_the_gradients_of_the_paper_s_blocks():
             loss = tf.reduce_sum(layer(x) * target)
         return [g.numpy() for g in tape.gradient(loss, layer.trainable_weights)]
 
-    (part_inner, _, part_out, _), (grad_inner, _, grad_out, _) = gradients(part), gradients(full)
-    for p in range(P):
-        rows, columns = slice(p * d, (p + 1) * d), slice(p * f, (p + 1) * f)
-        np.testing.assert_allclose(part_inner[p], grad_inner[rows, columns], rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(part_out[p], grad_out[columns, rows], rtol=1e-5, atol=1e-5)
-    assert np.abs(part_inner).max() > 1e-3 and np.abs(part_out).max() > 1e-3
-
-    attention = MultiHeadAttention(H, K, V, partitions=P, name="self_attention")
-    paper = MultiHeadAttention(H, K, V, name="self_attention")
-    attention(x)
-    paper(x)
-    _randomize(attention, 7)
-    paper.set_weights(_full_attention_weights(attention))
-    with tf.GradientTape(persistent=True) as tape:
-        part_loss = tf.reduce_sum(attention(x) * target)
-        full_loss = tf.reduce_sum(paper(x) * target)
-    part_grads = [g.numpy() for g in tape.gradient(part_loss, attention.trainable_weights)]
-    full_grads = [g.numpy() for g in tape.gradient(full_loss, paper.trainable_weights)]
-    # The full layer's gradients mapped onto the blocks as _full_attention_weights maps the weights:
-    # a layer whose weights are those gradients gives them back block by block.
-    probe = MultiHeadAttention(H, K, V, partitions=P, name="self_attention")
-    probe(x)
-    probe.set_weights(part_grads)
-    mapped = _full_attention_weights(probe)
-    for index in (0, 2):  # the query-key-value kernel and the output kernel, within their blocks
-        np.testing.assert_allclose(mapped[index], full_grads[index] * (mapped[index] != 0), rtol=1e-4, atol=1e-5)
-    assert np.abs(mapped[0]).max() > 1e-3 and np.abs(mapped[2]).max() > 1e-3
+    layers = ((lambda **kwargs: PositionwiseFeedForward(F, name="feed_forward", **kwargs), _full_feed_forward_weights),
+              (lambda **kwargs: MultiHeadAttention(H, K, V, name="self_attention", **kwargs), _full_attention_weights))
+    for seed, (make, full_weights) in enumerate(layers, start=5):
+        part, full, probe = make(partitions=P), make(), make(partitions=P)
+        for layer in (part, full, probe):
+            layer(x)
+        _randomize(part, seed)
+        full.set_weights(full_weights(part))
+        # The blocks' places in the full kernels (a partitioned layer of ones, mapped), and the
+        # partitioned gradients mapped there as full_weights maps the weights.
+        probe.set_weights([np.ones_like(w) for w in part.get_weights()])
+        in_blocks = [weights != 0 for weights in full_weights(probe)]
+        part_gradients = gradients(part)
+        probe.set_weights(part_gradients)
+        mapped, expected = full_weights(probe), gradients(full)
+        for index in (0, 2):  # the two kernels (inner and output; query-key-value and output)
+            np.testing.assert_allclose(mapped[index], expected[index] * in_blocks[index], rtol=1e-5, atol=1e-5)
+            for block in part_gradients[index]:  # (P, D_in, D_out): every block's gradient, none left at 0
+                assert np.abs(block).max() > 1e-3
 
 
 def test_partitioned_layers_pass_the_layer_checks(tmp_path):
