@@ -10,18 +10,27 @@ from --gold). Prints one JSON line:
   parser would score if it tagged every word right. EVALB deletes punctuation by its tag and leaves
   out a sentence whose words then differ, so tags change F1 through those deletions only;
 - `labels`: each label's gold, test and matched brackets, recall, precision and F1 (most frequent first);
-- `lengths`: F1 of the sentences of 1-10, 11-20, 21-30, 31-40 and more than 40 words.
+- `lengths`: F1 of the sentences of 1-10, 11-20, 21-30, 31-40 and more than 40 words (a bin
+  without sentences left out);
+- `tagging`: in each of those length bins, the figures of the sentences whose answer has every gold
+  tag (`every_tag_right`) and of the others (`a_tag_wrong`, no answer included): how much of the
+  loss comes with tagging errors, sentence length held apart;
+- `widths`: recall and precision of the brackets by the number of words they span (1 to 5, 6 or
+  more, and the whole sentence), EVALB's brackets and words (punctuation deleted) of the sentences
+  it scores.
 """
 import argparse
+import collections
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import emit, log  # noqa: E402
 from keras_transformer.parsing import evalb, parse_tree, read_treebank  # noqa: E402
-from keras_transformer.parsing.evalb import label_counts, with_tags_of  # noqa: E402
+from keras_transformer.parsing.evalb import label_counts, score_sentence, sentence_items, with_tags_of  # noqa: E402
 
 LENGTH_BINS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
+WIDTH_BINS = ("1", "2", "3", "4", "5", "6+", "sentence")
 
 
 def parse_args(argv=None):
@@ -48,6 +57,51 @@ def figures(counts):
             "tagging_accuracy": round(counts.tagging_accuracy, 2)}
 
 
+def length_bins(gold):
+    """{bin name: indices of the gold trees of that many words}, LENGTH_BINS' bins that hold any."""
+    bins = {}
+    for low, high in LENGTH_BINS:
+        chosen = [i for i, tree in enumerate(gold)
+                  if len(tree.words()) >= low and (high is None or len(tree.words()) <= high)]
+        if chosen:
+            bins[f"{low}-{high}" if high else f">{low - 1}"] = chosen
+    return bins
+
+
+def tagging(gold, parsed, bins):
+    """{bin: {"every_tag_right": figures, "a_tag_wrong": figures}} (a group without sentences left out)."""
+    result = {}
+    for name, chosen in bins.items():
+        right = [i for i in chosen if parsed[i] is not None and parsed[i].tags() == gold[i].tags()]
+        groups = {"every_tag_right": right, "a_tag_wrong": sorted(set(chosen) - set(right))}
+        result[name] = {group: figures(evalb([gold[i] for i in indices], [parsed[i] for i in indices]).all)
+                        for group, indices in groups.items() if indices}
+    return result
+
+
+def _width_bin(start, end, words):
+    width = end - start
+    return "sentence" if width == words else "6+" if width >= 6 else str(width)
+
+
+def widths(gold, parsed):
+    """{width bin: gold, test and matched brackets, recall, precision} over the sentences EVALB scores."""
+    counts = {name: collections.Counter() for name in WIDTH_BINS}
+    for gold_tree, test_tree in zip(gold, parsed):
+        scored, error, _ = score_sentence(gold_tree, test_tree)
+        if error or scored.skipped_sentences:
+            continue
+        (terminals, gold_brackets, _), test_brackets = sentence_items(gold_tree), sentence_items(test_tree)[1]
+        for kind, brackets in (("gold", gold_brackets), ("test", test_brackets),
+                               ("matched", gold_brackets & test_brackets)):
+            for (_, start, end), count in brackets.items():
+                counts[_width_bin(start, end, len(terminals))][kind] += count
+    return {name: {"gold": c["gold"], "test": c["test"], "matched": c["matched"],
+                   "recall": round(100.0 * c["matched"] / c["gold"], 2) if c["gold"] else 0.0,
+                   "precision": round(100.0 * c["matched"] / c["test"], 2) if c["test"] else 0.0}
+            for name, c in counts.items() if c["gold"] or c["test"]}
+
+
 def main(argv=None):
     args = parse_args(argv)
     gold = list(read_treebank(args.gold))
@@ -61,18 +115,15 @@ def main(argv=None):
         sys.exit(f"{args.parsed}: {len(parsed)} trees, but {args.gold} has {len(gold)}")
     retagged = [test if test is None else with_tags_of(test, tree) for test, tree in zip(parsed, gold)]
     labels = sorted(label_counts(gold, parsed).items(), key=lambda item: -item[1].gold_brackets)[:args.labels]
-    lengths = {}
-    for low, high in LENGTH_BINS:
-        chosen = [i for i, tree in enumerate(gold)
-                  if len(tree.words()) >= low and (high is None or len(tree.words()) <= high)]
-        counts = evalb([gold[i] for i in chosen], [parsed[i] for i in chosen]).all
-        lengths[f"{low}-{high}" if high else f">{low - 1}"] = figures(counts)
+    bins = length_bins(gold)
+    lengths = {name: figures(evalb([gold[i] for i in chosen], [parsed[i] for i in chosen]).all)
+               for name, chosen in bins.items()}
     emit(task="parse_errors", gold=str(args.gold), parsed=str(args.parsed),
          as_parsed=figures(evalb(gold, parsed).all), gold_tags=figures(evalb(gold, retagged).all),
          labels={label: {"gold": c.gold_brackets, "test": c.test_brackets, "matched": c.matched_brackets,
                          "recall": round(c.recall, 2), "precision": round(c.precision, 2), "f1": round(c.f1, 2)}
                  for label, c in labels},
-         lengths=lengths)
+         lengths=lengths, tagging=tagging(gold, parsed, bins), widths=widths(gold, parsed))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""benchmarks/parse_errors.py on hand-made trees: the figures as parsed, with the gold tags, by label
-and by sentence length."""
+"""benchmarks/parse_errors.py on hand-made trees: the figures as parsed, with the gold tags, by label,
+by sentence length, by tagging and by the width of the brackets."""
 import json
 
 from benchmarks import parse_errors
@@ -27,3 +27,13 @@ def test_the_breakdown_of_two_sentences(tmp_path, capsys):
     assert record["gold_tags"]["error_sentences"] == 0 and record["gold_tags"]["recall"] == 87.5
     assert record["labels"]["VP"] == {"gold": 1, "test": 1, "matched": 0, "recall": 0.0, "precision": 0.0, "f1": 0.0}
     assert record["lengths"]["11-20"]["recall"] == 80.0 and record["lengths"]["1-10"]["error_sentences"] == 1
+    assert ">40" not in record["lengths"]  # no sentence that long
+    # Sentence 1 has a tag wrong (and is an error), sentence 2 every tag right.
+    assert record["tagging"] == {"1-10": {"a_tag_wrong": record["lengths"]["1-10"]},
+                                 "11-20": {"every_tag_right": record["lengths"]["11-20"]}}
+    # Sentence 2's 11 words after the period's deletion: S spans them all, NP (It) 1 word, the gold VP, PP
+    # and NP 10, 9 and 8; the answer's VP (ran) 1 word.
+    assert record["widths"] == {
+        "1": {"gold": 1, "test": 2, "matched": 1, "recall": 100.0, "precision": 50.0},
+        "6+": {"gold": 3, "test": 2, "matched": 2, "recall": 66.67, "precision": 100.0},
+        "sentence": {"gold": 1, "test": 1, "matched": 1, "recall": 100.0, "precision": 100.0}}
