@@ -20,14 +20,13 @@ from --gold). Prints one JSON line:
   it scores.
 """
 import argparse
-import collections
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import emit, log  # noqa: E402
 from keras_transformer.parsing import evalb, parse_tree, read_treebank  # noqa: E402
-from keras_transformer.parsing.evalb import label_counts, score_sentence, sentence_items, with_tags_of  # noqa: E402
+from keras_transformer.parsing.evalb import bracket_counts_by, label_counts, with_tags_of  # noqa: E402
 
 LENGTH_BINS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
 WIDTH_BINS = ("1", "2", "3", "4", "5", "6+", "sentence")
@@ -79,27 +78,17 @@ def tagging(gold, parsed, bins):
     return result
 
 
-def _width_bin(start, end, words):
+def _width_bin(label, start, end, words):
     width = end - start
     return "sentence" if width == words else "6+" if width >= 6 else str(width)
 
 
 def widths(gold, parsed):
     """{width bin: gold, test and matched brackets, recall, precision} over the sentences EVALB scores."""
-    counts = {name: collections.Counter() for name in WIDTH_BINS}
-    for gold_tree, test_tree in zip(gold, parsed):
-        scored, error, _ = score_sentence(gold_tree, test_tree)
-        if error or scored.skipped_sentences:
-            continue
-        (terminals, gold_brackets, _), test_brackets = sentence_items(gold_tree), sentence_items(test_tree)[1]
-        for kind, brackets in (("gold", gold_brackets), ("test", test_brackets),
-                               ("matched", gold_brackets & test_brackets)):
-            for (_, start, end), count in brackets.items():
-                counts[_width_bin(start, end, len(terminals))][kind] += count
-    return {name: {"gold": c["gold"], "test": c["test"], "matched": c["matched"],
-                   "recall": round(100.0 * c["matched"] / c["gold"], 2) if c["gold"] else 0.0,
-                   "precision": round(100.0 * c["matched"] / c["test"], 2) if c["test"] else 0.0}
-            for name, c in counts.items() if c["gold"] or c["test"]}
+    counts = bracket_counts_by(gold, parsed, _width_bin)
+    return {name: {"gold": c.gold_brackets, "test": c.test_brackets, "matched": c.matched_brackets,
+                   "recall": round(c.recall, 2), "precision": round(c.precision, 2)}
+            for name, c in sorted(counts.items(), key=lambda item: WIDTH_BINS.index(item[0]))}
 
 
 def main(argv=None):

@@ -23,7 +23,7 @@ The rules, those of evalb.c with COLLINS.prm:
 import collections
 import copy
 import dataclasses
-from typing import Iterable, Optional
+from typing import Callable, Hashable, Iterable, Optional
 
 from keras_transformer.parsing.trees import Tree
 
@@ -203,19 +203,27 @@ def evalb(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> E
 def label_counts(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]]) -> dict[str, BracketCounts]:
     """{label: BracketCounts of its gold, test and matched brackets only}, EVALB's brackets (labels cut, ADVP = PRT, the
     deleted ones left out) of the sentences `evalb` scores; their sums are its totals."""
-    labels = collections.defaultdict(BracketCounts)
+    return bracket_counts_by(gold_trees, test_trees, lambda label, start, end, words: label)
+
+
+def bracket_counts_by(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[Tree]],
+                      key: Callable[[str, int, int, int], Hashable]) -> dict[Hashable, BracketCounts]:
+    """{group: BracketCounts of its gold, test and matched brackets only} over the sentences `evalb`
+    scores, each of EVALB's brackets (label, start, end) in the group key(label, start, end, words),
+    words the number of the sentence's words EVALB keeps."""
+    groups = collections.defaultdict(BracketCounts)
     for gold, test in zip(gold_trees, test_trees):
         counts, error, _ = score_sentence(gold, test)
         if error or counts.skipped_sentences:
             continue
-        gold_brackets, test_brackets = sentence_items(gold)[1], sentence_items(test)[1]
-        for (label, _, _), count in gold_brackets.items():
-            labels[label].gold_brackets += count
-        for (label, _, _), count in test_brackets.items():
-            labels[label].test_brackets += count
-        for (label, _, _), count in (gold_brackets & test_brackets).items():
-            labels[label].matched_brackets += count
-    return dict(labels)
+        terminals, gold_brackets, _ = sentence_items(gold)
+        test_brackets = sentence_items(test)[1]
+        for brackets, field in ((gold_brackets, "gold_brackets"), (test_brackets, "test_brackets"),
+                                (gold_brackets & test_brackets, "matched_brackets")):
+            for (label, start, end), count in brackets.items():
+                group = groups[key(label, start, end, len(terminals))]
+                setattr(group, field, getattr(group, field) + count)
+    return dict(groups)
 
 
 def with_tags_of(test: Tree, gold: Tree) -> Tree:
