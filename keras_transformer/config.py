@@ -141,8 +141,15 @@ class TransformerConfig(JsonConfig):
         come from its real pieces), so the parser learns to tag and bracket a word from its context
         and its spelling, as it must for a word that training never showed it. Kitaev and Klein
         (2018) replace a training word by UNK with probability 1 / (1 + its count); with
-        SentencePiece pieces the rate here is the same for every word. Only a span parser takes
-        another value.
+        SentencePiece pieces the rate here is the same for every word (span_word_unk_alpha: theirs).
+        Only a span parser takes another value.
+      span_word_unk_alpha: the span parser's frequency-based unknown words (parsing.span_model,
+        parsing.word_counts), 0 (off) or alpha > 0: in training, each word is read as UNK pieces
+        (its character features kept) with probability alpha / (alpha + its count in the train
+        split), Kitaev and Klein's (2018) replacement with their alpha = 1: a word seen once is UNK
+        half the time, one seen 99 times 1% of it, so the rare words, the most like those training
+        never showed, are the ones the parser learns to read from their spelling and context. Not
+        with span_word_unk_rate. Only a span parser takes another value.
       span_loss: the span parser's (parsing.span_model) loss on its spans: "local" (the default),
         the cross-entropy of every span's label on its own, as Teng and Zhang (2018) train theirs;
         or "hinge", the tree-level margin loss of Kitaev and Klein (2018) and Stern et al. (2017):
@@ -171,7 +178,7 @@ class TransformerConfig(JsonConfig):
     LEGACY_VALUES = {"word_dropout_rate": 0.0, "layer_drop_rate": 0.0, "decoder_layers": None,
                      "aligned_decoder": False, "aligned_next": False, "rdrop_alpha": 0.0,
                      "span_tag_loss_weight": 1.0, "span_char_filters": 0, "span_word_unk_rate": 0.0,
-                     "span_loss": "local", "span_partitioned": False}
+                     "span_loss": "local", "span_partitioned": False, "span_word_unk_alpha": 0.0}
 
     vocab_size: int = 37000
     num_layers: int = 6
@@ -198,6 +205,7 @@ class TransformerConfig(JsonConfig):
     span_tag_loss_weight: float = 1.0
     span_char_filters: int = 0
     span_word_unk_rate: float = 0.0
+    span_word_unk_alpha: float = 0.0
     span_loss: str = "local"
     span_partitioned: bool = False
 
@@ -230,6 +238,13 @@ class TransformerConfig(JsonConfig):
                  f"TransformerConfig.rdrop_alpha={self.rdrop_alpha} compares two dropout passes of each "
                  "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
                  "(or rdrop_alpha=0)")
+        alpha = self.span_word_unk_alpha
+        _require(isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and math.isfinite(alpha)
+                 and alpha >= 0, f"TransformerConfig.span_word_unk_alpha must be a finite number >= 0 (0: off); "
+                 f"got {alpha!r}")
+        _require(not (alpha and self.span_word_unk_rate),
+                 f"TransformerConfig: span_word_unk_rate={self.span_word_unk_rate} and span_word_unk_alpha={alpha} "
+                 "are two ways of drawing a span parser's unknown words: set one of them")
         weight = self.span_tag_loss_weight
         _require(isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
                  and weight > 0, f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {weight!r}")

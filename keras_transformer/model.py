@@ -276,6 +276,9 @@ class Transformer(TokenLossModel):
         if c.span_word_unk_rate:
             raise ValueError(f"span_word_unk_rate={c.span_word_unk_rate} reads a span parser's training words as UNK; "
                              "the Transformer's word dropout is word_dropout_rate: leave it at 0")
+        if c.span_word_unk_alpha:
+            raise ValueError(f"span_word_unk_alpha={c.span_word_unk_alpha} reads a span parser's rare training words "
+                             "as UNK; the Transformer's word dropout is word_dropout_rate: leave it at 0")
         if c.span_loss != "local":
             raise ValueError(f"span_loss={c.span_loss!r} is a span parser's loss on its spans; the Transformer has "
                              "none: leave it at 'local'")

@@ -37,6 +37,7 @@ from keras_transformer.model import TokenLossModel
 from keras_transformer.parsing.depth_labels import DEPTH_TOKEN, UNARY_MARK
 from keras_transformer.parsing.parser import _WORD_MARK, DEPTH, TAG, piece_classes, word_start_pieces
 from keras_transformer.parsing.span_charts import best_tree_of_label_scores, gold_span_labels
+from keras_transformer.parsing.word_counts import WordCountTable
 from keras_transformer.training.training_model import StreamTraining
 
 
@@ -106,22 +107,29 @@ def piece_character_table(sentencepiece_proto: bytes, vocab_size: int) -> np.nda
     return table
 
 
-def word_characters(source_ids, word_starts, word_ends, word_counts, table):
-    """In-graph: word_pieces' (or source_word_positions') outputs and piece_character_table's table
-    -> (B, N, WORD_CHARS + 2) int32, each word's character ids: _WORD_BEGIN, the characters of its
-    pieces in order (the first and last WORD_CHARS / 2 of a longer word), _WORD_END, 0-padded; rows
-    past a sentence's words are 0."""
+def word_piece_ids(source_ids, word_starts, word_ends, word_counts):
+    """In-graph: word_pieces' (or source_word_positions') outputs -> (ragged (W, None) int32: the
+    piece ids of each word of the batch, sentence by sentence; is_word (B, N) bool: where they are)."""
     source_ids = tf.cast(source_ids, tf.int32)
     batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-    width = tf.shape(word_starts)[1] - 2
-    is_word = tf.sequence_mask(word_counts, width)  # (B, N)
+    is_word = tf.sequence_mask(word_counts, tf.shape(word_starts)[1] - 2)  # (B, N)
     starts, ends = tf.boolean_mask(word_starts[:, 1:-1], is_word), tf.boolean_mask(word_ends[:, 1:-1], is_word)
     rows = tf.boolean_mask(tf.broadcast_to(tf.range(batch)[:, None], tf.shape(is_word)), is_word)  # (W,)
     positions = tf.ragged.range(starts, ends + 1)  # (W, None): each word's pieces
     flat = tf.reshape(source_ids, [-1])
     pieces = tf.gather(flat, positions.flat_values + tf.gather(rows, positions.value_rowids()) * length)
-    piece_chars = tf.RaggedTensor.from_tensor(tf.gather(table, pieces), padding=0)  # (P, None)
-    chars = tf.RaggedTensor.from_row_lengths(piece_chars, positions.row_lengths()).merge_dims(1, 2)  # (W, None)
+    return positions.with_flat_values(pieces), is_word
+
+
+def word_characters(source_ids, word_starts, word_ends, word_counts, table):
+    """In-graph: word_pieces' (or source_word_positions') outputs and piece_character_table's table
+    -> (B, N, WORD_CHARS + 2) int32, each word's character ids: _WORD_BEGIN, the characters of its
+    pieces in order (the first and last WORD_CHARS / 2 of a longer word), _WORD_END, 0-padded; rows
+    past a sentence's words are 0."""
+    pieces, is_word = word_piece_ids(source_ids, word_starts, word_ends, word_counts)
+    batch, width = tf.shape(is_word)[0], tf.shape(is_word)[1]
+    piece_chars = tf.RaggedTensor.from_tensor(tf.gather(table, pieces.flat_values), padding=0)  # (P, None)
+    chars = tf.RaggedTensor.from_row_lengths(piece_chars, pieces.row_lengths()).merge_dims(1, 2)  # (W, None)
     counts = tf.cast(chars.row_lengths(), tf.int32)[:, None]  # (W, 1)
     dense = chars.to_tensor(0)
     dense = tf.pad(dense, [[0, 0], [0, tf.maximum(WORD_CHARS - tf.shape(dense)[1], 0)]])  # (W, >= WORD_CHARS)
@@ -160,9 +168,11 @@ class SpanTargets:
 
     gold(target_ids (B, T)) -> (tag ids (B, N), -1 past each sentence; unary label ids (B, N);
     counts a(k) (B, N); lca label ids (B, N); words (B,)), the labels as spans.SpanLabels numbers them.
+    word_counts: the train split's {word: count} (parsing.word_counts), which the frequency-based
+    unknown words read (TransformerConfig.span_word_unk_alpha; word_count_table, else None).
     """
 
-    def __init__(self, sentencepiece_proto: bytes, vocab_size: int, span_labels):
+    def __init__(self, sentencepiece_proto: bytes, vocab_size: int, span_labels, word_counts=None):
         classes = piece_classes(sentencepiece_proto, vocab_size)
         if not (classes == DEPTH).any():
             raise ValueError("a span parser is trained on the depth linearization: this vocabulary has no depth tokens")
@@ -180,6 +190,8 @@ class SpanTargets:
         self.tags, self.unaries = tf.constant(tags), tf.constant(unaries)
         self.changes, self.lcas = tf.constant(changes), tf.constant(lcas)
         self.depth = tf.constant(classes == DEPTH)
+        self.word_count_table = None if word_counts is None else WordCountTable(sentencepiece_proto, vocab_size,
+                                                                                word_counts)
 
     def is_tag(self, target_ids):
         """(B, T) bool: the tag tokens of target ids (tag, word pieces, depth token, tag, ...), one a
@@ -246,7 +258,7 @@ class SpanParserModel(TokenLossModel):
         self.tag_output = keras.layers.Dense(num_tags, name="tag_output")
         self.span_bias = self.add_weight(name="span_bias", shape=(span_hidden,), initializer="zeros", dtype="float32")
         self.char_embedding = self.char_convolution = self.char_projection = None  # made by build
-        self.unk_seed_generator = None  # made by build for span_word_unk_rate
+        self.unk_seed_generator = None  # made by build for span_word_unk_rate and span_word_unk_alpha
 
     def build(self, input_shape=None):
         if self.built:
@@ -265,7 +277,7 @@ class SpanParserModel(TokenLossModel):
             self.char_projection = keras.layers.Dense(self.content_width, name="char_projection")
             chars = tf.constant([[[_WORD_BEGIN, _FIRST_CHAR, _WORD_END] + [0] * (WORD_CHARS - 1)]], tf.int32)
             self.character_features(ids, positions, positions, chars)
-        if c.span_word_unk_rate:  # made last too: Keras draws its seed when it is made
+        if c.span_word_unk_rate or c.span_word_unk_alpha:  # made last too: Keras draws its seed when it is made
             self.unk_seed_generator = keras.random.SeedGenerator(name="unk_seed_generator")
         super().build(input_shape)
 
@@ -292,11 +304,16 @@ class SpanParserModel(TokenLossModel):
     def unknown_words(self, source_ids, word_starts, word_ends, training=None):
         """source_ids (B, S) with, in training, every piece of each word UNK with probability
         TransformerConfig.span_word_unk_rate (a word's pieces all or none; BOS, EOS and padding
-        kept); as they are otherwise. word_starts, word_ends (B, N + 2): word_pieces' positions."""
-        rate = self.config.span_word_unk_rate
-        if not (training and rate):
+        kept), or with TransformerConfig.span_word_unk_alpha's probability alpha / (alpha + its count
+        in the train split); as they are otherwise. word_starts, word_ends (B, N + 2): word_pieces'
+        positions."""
+        rate, alpha = self.config.span_word_unk_rate, self.config.span_word_unk_alpha
+        if not (training and (rate or alpha)):
             return source_ids
-        unknown = ~dropout_mask(tf.shape(word_starts), rate, replica_seed(self.unk_seed_generator))  # (B, N + 2)
+        if rate:
+            unknown = ~dropout_mask(tf.shape(word_starts), rate, replica_seed(self.unk_seed_generator))  # (B, N + 2)
+        else:
+            unknown = self.rare_words(source_ids, word_starts, word_ends)
         positions = tf.range(tf.shape(source_ids)[1])[None, :, None]  # (1, S, 1)
         cover = ((positions >= word_starts[:, None, :]) & (positions <= word_ends[:, None, :])
                  & unknown[:, None, :])  # (B, S, N + 2): piece s is of word n, which is UNK
@@ -304,6 +321,23 @@ class SpanParserModel(TokenLossModel):
         # BOS and EOS pieces only, which are never replaced; no word covers a padding piece.
         replaced = tf.reduce_any(cover, axis=2) & (source_ids != BOS_ID) & (source_ids != EOS_ID)
         return tf.where(replaced, tf.constant(UNK_ID, source_ids.dtype), source_ids)
+
+    def rare_words(self, source_ids, word_starts, word_ends):
+        """(B, N + 2) bool, True at each word drawn UNK: with probability alpha / (alpha + its count in
+        the train split), TransformerConfig.span_word_unk_alpha (a word of count 0, which the counts
+        lack, always); never at BOS, EOS and padding."""
+        table = self.targets.word_count_table if self.targets is not None else None
+        if table is None:
+            raise ValueError(f"span_word_unk_alpha={self.config.span_word_unk_alpha} reads each training word's count: "
+                             "give the model SpanTargets with the train split's word_counts")
+        # The words: the columns 1 .. n of word_starts that hold a piece position (padding words read 0).
+        word_counts = tf.reduce_sum(tf.cast(word_starts[:, 1:] > 0, tf.int32), axis=1) - 1  # (B,): EOS left out
+        pieces, is_word = word_piece_ids(source_ids, word_starts, word_ends, word_counts)
+        alpha = self.config.span_word_unk_alpha
+        probabilities = alpha / (alpha + tf.cast(table.lookup(pieces), tf.float32))  # (W,)
+        draws = tf.random.stateless_uniform(tf.shape(probabilities), seed=replica_seed(self.unk_seed_generator))
+        columns = tf.cast(tf.where(is_word), tf.int32) + [0, 1]  # word w of a sentence is column w + 1
+        return tf.scatter_nd(columns, draws < probabilities, tf.shape(word_starts))
 
     def character_features(self, source_ids, word_starts, word_ends, word_chars):
         """(B, S, D), D / 2 with TransformerConfig.span_partitioned: each piece's share of its word's

@@ -19,6 +19,8 @@ from keras_transformer.parsing.span_parser import SpanParser, read_constituent_b
 from keras_transformer.parsing.spans import SPAN_LABELS_FILENAME, SpanLabels
 from keras_transformer.parsing.tag_dictionary import build_tag_dictionary, read_tag_dictionary, write_tag_dictionary
 from keras_transformer.parsing.trees import Tree, TreeFormatError, escape_word, parse_tree, tokenize_brackets
+from keras_transformer.parsing.word_counts import FILENAME as WORD_COUNTS_FILENAME
+from keras_transformer.parsing.word_counts import read_word_counts, write_word_counts
 from keras_transformer.training.run_config import RunConfigs
 from keras_transformer.training.task import Task, transformer_model
 
@@ -113,10 +115,12 @@ def parsing_corpus(data):
 
 
 def write_parsing_files(workdir, corpus):
-    """The train split's tag dictionary, which the Parser decodes with, and its span labels, which a
-    span parser's model and SpanParser read."""
+    """The train split's tag dictionary, which the Parser decodes with, its span labels, which a
+    span parser's model and SpanParser read, and its word counts, which a span parser's training
+    with frequency-based unknown words reads (TransformerConfig.span_word_unk_alpha)."""
     write_tag_dictionary(workdir, build_tag_dictionary(corpus.trees("train")))
     SpanLabels.from_trees(corpus.trees("train")).write(workdir)
+    write_word_counts(workdir, corpus.trees("train"))
 
 
 def run_options(workdir) -> dict:
@@ -156,14 +160,21 @@ def parser(model, sentencepiece_proto, decode_config=None, **options):
 
 def parsing_model(config, workdir, training=False, **training_options):
     """PARSING's model (Task.model): the Transformer, or for a span parser's run a SpanParserModel
-    with the run's span labels and vocabulary."""
+    with the run's span labels and vocabulary (and, to train with span_word_unk_alpha, word counts)."""
     if run_options(workdir)["parser"] != "span":
         return transformer_model(config, workdir, training, **training_options)
     span_labels = _span_labels(workdir)
     proto = (pathlib.Path(workdir) / SENTENCEPIECE_FILENAME).read_bytes()
+    word_counts = None
+    if training and config.span_word_unk_alpha:
+        word_counts = read_word_counts(workdir)
+        if word_counts is None:
+            raise FileNotFoundError(f"span_word_unk_alpha={config.span_word_unk_alpha} reads the train split's word "
+                                    f"counts, {pathlib.Path(workdir) / WORD_COUNTS_FILENAME}, which this run (from "
+                                    "before them) lacks: start a new run in another workdir")
     model_class = TrainingSpanParser if training else SpanParserModel
     return model_class(config, len(span_labels.labels), len(span_labels.tags),
-                       targets=SpanTargets(proto, config.vocab_size, span_labels), **training_options)
+                       targets=SpanTargets(proto, config.vocab_size, span_labels, word_counts), **training_options)
 
 
 PARSING = Task(name="parsing", corpus=parsing_corpus, translator_class=parser, validation_metric=validation_f1,

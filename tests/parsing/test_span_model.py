@@ -2,6 +2,7 @@
 the same from the training stream's ids), the gold trees read from target ids (also where a word is
 spelled as a tag token), the loss on them, a sentence's scores do not depend on the sentences padded
 beside it, and a tiny model learns the toy treebank's trees, which spans.best_spans then rebuilds."""
+import collections
 import dataclasses
 
 import keras
@@ -259,12 +260,17 @@ def test_a_mixed_precision_step_of_the_span_parser_matches_the_float32_step(dept
     _assert_same_step(steps[policy], steps["float32"], policy)
 
 
-def test_a_mirrored_step_of_the_span_parser_equals_one_device_on_the_global_batch(depth_run):
+@pytest.mark.parametrize("unknown_words", [False, True])
+def test_a_mirrored_step_of_the_span_parser_equals_one_device_on_the_global_batch(depth_run, unknown_words):
     """As tests/training/test_distribution.py for the Transformer: 8 replicas, each with its own stream
     batch (own shape, own words), take the step one device takes on their union (SGD at learning
     rate 1, so a loss normalized by each replica's own words instead of the global batch's shows).
-    All 8 logical CPUs, as the other tests' strategies."""
+    All 8 logical CPUs, as the other tests' strategies. unknown_words: with span_word_unk_alpha and
+    word counts that hold none of the words, so that every replica reads every word as UNK (a
+    probability of 1, no randomness) through its count table."""
     trees, pairs, tokenizer, span_labels, targets = depth_run
+    if unknown_words:
+        targets = SpanTargets(tokenizer.model_proto, tokenizer.vocab_size, span_labels, word_counts={"zzzz": 1})
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(devices) == 8, "tests/conftest.py declares 8 logical CPUs"
     batches = []
@@ -273,9 +279,9 @@ def test_a_mirrored_step_of_the_span_parser_equals_one_device_on_the_global_batc
         batches.append(((source_ids, np.pad(target_ids[:, :-1], [[0, 0], [1, 0]], constant_values=BOS_ID)),
                         target_ids))
     config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
-                               max_length=128, dropout_rate=0.0)
+                               max_length=128, dropout_rate=0.0, span_word_unk_alpha=float(unknown_words))
 
-    def one_step(strategy, dataset, initial=None):
+    def one_step(strategy, dataset, initial=None, config=config):
         with strategy.scope():
             model = TrainingSpanParser(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32,
                                        targets=targets, data_position=DataPosition())
@@ -299,6 +305,11 @@ def test_a_mirrored_step_of_the_span_parser_equals_one_device_on_the_global_batc
     assert any(not np.allclose(after, before) for after, before in zip(single[2], single[1]))
     for got, want in zip(mirrored[2], single[2], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if unknown_words:  # the words were read as UNK: the step on the words themselves has another loss
+        plain = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"),
+                         tf.data.Dataset.from_tensors(_element(_union(batches), [0, 0, 7])), initial=mirrored[1],
+                         config=dataclasses.replace(config, span_word_unk_alpha=0.0))
+        assert plain[0] != pytest.approx(single[0], rel=1e-3)
 
 
 def test_the_constituent_bias_is_recorded_in_the_workdir(tmp_path):
@@ -683,3 +694,56 @@ def test_the_unknown_word_rate_is_checked_and_the_transformers_refuse_it():
             dataclasses.replace(config, span_word_unk_rate=bad)
     with pytest.raises(ValueError, match="span_word_unk_rate=0.2 reads a span parser's training words as UNK"):
         Transformer(dataclasses.replace(config, span_word_unk_rate=0.2))
+
+
+def test_frequency_based_unknown_words_follow_each_words_count(depth_run):
+    """span_word_unk_alpha: in training, each word is UNK (all its pieces) with probability alpha /
+    (alpha + its count), a word the counts lack always; BOS, EOS and padding never; outside training
+    the ids as they are; and a model whose SpanTargets have no counts says what it needs."""
+    trees, _, tokenizer, span_labels, _ = depth_run
+    # Counts made up so that the toy words span the probabilities: "the" is missing (count 0).
+    counts = {word: 1 if word == "dog" else 3 if word == "cat" else 1000
+              for tree in trees for word in tree.words() if word != "the"}
+    targets = SpanTargets(tokenizer.model_proto, tokenizer.vocab_size, span_labels, word_counts=counts)
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                               max_length=128, dropout_rate=0.0, span_word_unk_alpha=1.0)
+    keras.utils.set_random_seed(11)
+    model = SpanParserModel(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32, targets=targets)
+    model.build()
+    sentences = [" ".join(tree.words()) for tree in trees[:60]]
+    source_ids, starts, ends, word_counts = word_pieces(tokenizer.tokenize, tf.constant(sentences))
+    assert model.unknown_words(source_ids, starts, ends, training=False) is source_ids
+    unknown = collections.defaultdict(list)
+    ids, starts_np, ends_np = source_ids.numpy(), starts.numpy(), ends.numpy()
+    for _ in range(40):
+        drawn = model.unknown_words(source_ids, starts, ends, training=True).numpy()
+        for row, sentence in enumerate(sentences):
+            n = word_counts[row]
+            assert drawn[row, 0] == BOS_ID and drawn[row, ends_np[row, n] + 1] == EOS_ID
+            np.testing.assert_array_equal(drawn[row, ends_np[row, n] + 1:], ids[row, ends_np[row, n] + 1:])
+            for word, text in enumerate(sentence.split(), start=1):
+                replaced = drawn[row, starts_np[row, word]:ends_np[row, word] + 1] == UNK_ID
+                assert replaced.all() or not replaced.any()
+                unknown[text].append(bool(replaced.all()))
+    assert np.mean(unknown["the"]) == 1.0 and len(unknown["the"]) > 300
+    assert 0.4 < np.mean(unknown["dog"]) < 0.6 and len(unknown["dog"]) > 300
+    assert 0.15 < np.mean(unknown["cat"]) < 0.35 and len(unknown["cat"]) > 300
+    frequent = [drawn for word in counts if counts[word] == 1000 for drawn in unknown[word]]
+    assert len(frequent) > 10000 and np.mean(frequent) < 0.003
+
+    without_counts = SpanParserModel(config, len(span_labels.labels), len(span_labels.tags), span_hidden=32,
+                                     targets=SpanTargets(tokenizer.model_proto, tokenizer.vocab_size, span_labels))
+    without_counts.build()
+    with pytest.raises(ValueError, match="span_word_unk_alpha=1.0 reads each training word's count"):
+        without_counts.unknown_words(source_ids, starts, ends, training=True)
+
+
+def test_the_unknown_words_alpha_is_checked_and_the_transformers_refuse_it():
+    config = TransformerConfig(vocab_size=100, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=64)
+    for bad in (-0.5, float("inf"), float("nan"), True, "1"):
+        with pytest.raises(ValueError, match=r"span_word_unk_alpha must be a finite number >= 0"):
+            dataclasses.replace(config, span_word_unk_alpha=bad)
+    with pytest.raises(ValueError, match="span_word_unk_rate=0.1 and span_word_unk_alpha=1.0 are two ways"):
+        dataclasses.replace(config, span_word_unk_alpha=1.0, span_word_unk_rate=0.1)
+    with pytest.raises(ValueError, match="span_word_unk_alpha=0.5 reads a span parser's rare training words"):
+        Transformer(dataclasses.replace(config, span_word_unk_alpha=0.5))

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
+from keras_transformer.parsing.word_counts import read_word_counts
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
 from pipelines import toy_treebank as toy_treebank_command
 from pipelines import parse, train_parser
@@ -112,13 +113,14 @@ def test_train_parser_then_parse(readme_parser_run, tmp_path, core_op_names, cap
 @pytest.mark.slow
 def test_the_span_parser_with_character_features_trains_resumes_exports_and_parses(toy_treebank, tmp_path, capsys,
                                                                                    core_op_names):  # noqa: F811
-    """model.span_char_filters through the job, with model.span_word_unk_rate and a partitioned encoder
+    """model.span_char_filters through the job, with model.span_word_unk_alpha (the word counts it
+    reads written with the vocabulary, read again on resuming) and a partitioned encoder
     (model.span_partitioned): trained, its character layers (and the unknown words' random state) in
     the checkpoints (stopped by SIGTERM after the first one, then resumed from the checkpoint it
     saved) and in the SavedModel (core ops and SentencePiece's only), which parses as the run
     directory does."""
     workdir, export_dir = tmp_path / "run", tmp_path / "exported"
-    flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_rate=0.2",
+    flags = ["--set", "model.span_char_filters=16", "--set", "model.span_word_unk_alpha=1",
              "--set", "model.span_partitioned=true", "--parser", "span"]
     command = [sys.executable, "-m", "pipelines.train_parser",
                *map(str, train_command(toy_treebank, workdir, export_dir, 30)), *flags]
@@ -135,7 +137,8 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     assert re.search(r"^test \(30 steps.* 12 sentences", stdout, flags=re.M), stdout
     assert ";linearization=depth;parser=span" in (workdir / "data_config.json").read_text()
     model_config = json.loads((workdir / "model_config.json").read_text())
-    assert model_config["span_char_filters"] == 16 and model_config["span_word_unk_rate"] == 0.2
+    assert model_config["span_char_filters"] == 16 and model_config["span_word_unk_alpha"] == 1
+    assert read_word_counts(workdir)["the"] > 10
     assert model_config["span_partitioned"] is True
     saved_model = export_dir / "1"  # the resumed run's, the first export
     settings = json.loads((saved_model / "assets" / "translator.json").read_text())
