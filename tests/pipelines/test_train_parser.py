@@ -14,8 +14,10 @@ import tensorflow as tf
 
 from keras_transformer.parsing import parse_tree
 from keras_transformer.parsing.tag_dictionary import read_tag_dictionary
-from keras_transformer.parsing.word_counts import read_word_counts
+from keras_transformer.parsing.task import PARSING
 from keras_transformer.parsing.toy_treebank import write_toy_treebank
+from keras_transformer.parsing.word_counts import read_word_counts
+from keras_transformer.training.run_config import RunConfigs
 from pipelines import toy_treebank as toy_treebank_command
 from pipelines import parse, train_parser
 from tests.readme_run import PARSER_TRAIN_STEPS, readme_parser_run  # noqa: F401
@@ -152,6 +154,13 @@ def test_the_span_parser_with_character_features_trains_resumes_exports_and_pars
     assert not set(registered) & PYTHON_OPS and listed["without_cpu_kernel"] == []
 
     parse_with_run_and_saved_model(workdir, saved_model, tmp_path, capsys)
+    # Parsing never reads the word counts; training a run that lacks them (one from before them) says so.
+    (workdir / "word_counts.json").unlink()
+    config = RunConfigs.read(workdir).model
+    assert PARSING.model(config, workdir).targets.word_count_table is None
+    with pytest.raises(FileNotFoundError, match=r"span_word_unk_alpha=1(\.0)? reads the train split's word counts, .*"
+                                                r"word_counts.json, which this run \(from before them\) lacks"):
+        PARSING.model(config, workdir, training=True)
 
 
 @pytest.mark.parametrize("text, line, what", [
