@@ -32,6 +32,11 @@ def _require(condition, message):
         raise ValueError(message)
 
 
+def _finite_real(value) -> bool:
+    """A real number (int or float, not a bool), neither infinite nor NaN."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class JsonConfig:
     """Configs are written as JSON next to checkpoints and exports, and read back from there."""
 
@@ -239,15 +244,14 @@ class TransformerConfig(JsonConfig):
                  "batch, but every dropout rate is 0, so the passes are the same: set dropout_rate "
                  "(or rdrop_alpha=0)")
         alpha = self.span_word_unk_alpha
-        _require(isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and math.isfinite(alpha)
-                 and alpha >= 0, f"TransformerConfig.span_word_unk_alpha must be a finite number >= 0 (0: off); "
-                 f"got {alpha!r}")
+        _require(_finite_real(alpha) and alpha >= 0,
+                 f"TransformerConfig.span_word_unk_alpha must be a finite number >= 0 (0: off); got {alpha!r}")
         _require(not (alpha and self.span_word_unk_rate),
                  f"TransformerConfig: span_word_unk_rate={self.span_word_unk_rate} and span_word_unk_alpha={alpha} "
                  "are two ways of drawing a span parser's unknown words: set one of them")
         weight = self.span_tag_loss_weight
-        _require(isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
-                 and weight > 0, f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {weight!r}")
+        _require(_finite_real(weight) and weight > 0,
+                 f"TransformerConfig.span_tag_loss_weight must be a finite number > 0; got {weight!r}")
         filters = self.span_char_filters
         _require(isinstance(filters, int) and not isinstance(filters, bool) and filters >= 0,
                  f"TransformerConfig.span_char_filters must be an integer >= 0 (0: off); got {filters!r}")
@@ -442,8 +446,7 @@ class DecodeConfig(JsonConfig):
     def __post_init__(self):
         _require(isinstance(self.beam_size, int) and self.beam_size >= 1,
                  f"DecodeConfig.beam_size must be an integer >= 1; got {self.beam_size!r}")
-        _require(isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, bool)
-                 and math.isfinite(self.alpha) and 0 <= self.alpha <= MAX_ALPHA,
+        _require(_finite_real(self.alpha) and 0 <= self.alpha <= MAX_ALPHA,
                  f"DecodeConfig.alpha must be a number in [0, {MAX_ALPHA:g}]; got {self.alpha!r}")
         _require(self.extra_length >= 1, f"DecodeConfig.extra_length must be >= 1; got {self.extra_length!r}")
         _require(isinstance(self.parallel_groups, int) and self.parallel_groups >= 1,
