@@ -153,9 +153,18 @@ def sentence_items(tree: Tree):
 
 def score_sentence(gold: Tree, test: Optional[Tree]) -> tuple[BracketCounts, Optional[str], int]:
     """(counts of one sentence, the error if it is one, the gold length for the cutoff)."""
-    gold_terminals, gold_brackets, length = sentence_items(gold)
+    return score_items(sentence_items(gold), _test_items(test))
+
+
+def _test_items(test: Optional[Tree]):
+    """sentence_items of a test tree; those of no words for no answer (None)."""
+    return sentence_items(test) if test is not None else ([], collections.Counter(), 0)
+
+
+def score_items(gold_items, test_items) -> tuple[BracketCounts, Optional[str], int]:
+    """score_sentence of the gold and the test tree's sentence_items."""
+    (gold_terminals, gold_brackets, length), (test_terminals, test_brackets, _) = gold_items, test_items
     counts = BracketCounts(sentences=1)
-    test_terminals, test_brackets, _ = sentence_items(test) if test is not None else ([], collections.Counter(), 0)
     if not test_terminals:
         counts.skipped_sentences = 1
         return counts, None, length
@@ -213,11 +222,11 @@ def bracket_counts_by(gold_trees: Iterable[Tree], test_trees: Iterable[Optional[
     words the number of the sentence's words EVALB keeps."""
     groups = collections.defaultdict(BracketCounts)
     for gold, test in zip(gold_trees, test_trees):
-        counts, error, _ = score_sentence(gold, test)
+        gold_items, test_items = sentence_items(gold), _test_items(test)
+        counts, error, _ = score_items(gold_items, test_items)
         if error or counts.skipped_sentences:
             continue
-        terminals, gold_brackets, _ = sentence_items(gold)
-        test_brackets = sentence_items(test)[1]
+        (terminals, gold_brackets, _), test_brackets = gold_items, test_items[1]
         for brackets, field in ((gold_brackets, "gold_brackets"), (test_brackets, "test_brackets"),
                                 (gold_brackets & test_brackets, "matched_brackets")):
             for (label, start, end), count in brackets.items():
